@@ -1,0 +1,1 @@
+"""Interactive questionary menus. They build recipes and hand them to swiftbox.runner; no torch here."""

@@ -1,0 +1,24 @@
+"""swiftbox: download, fine-tune, align, merge, quantize and serve LLMs on Ascend NPU, CUDA GPU or CPU.
+
+The public API lives in swiftbox.api and is loaded lazily so `import swiftbox` stays cheap.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_API = {"run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval"}
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from swiftbox import api
+
+        return getattr(api, name)
+    if name == "current_platform":
+        from swiftbox.device import current_platform
+
+        return current_platform
+    raise AttributeError(f"module 'swiftbox' has no attribute {name!r}")
+
+
+__all__ = sorted(_API | {"current_platform", "__version__"})

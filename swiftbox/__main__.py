@@ -1,0 +1,3 @@
+from swiftbox.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""The Python API: one function per pipeline, taking the same arguments as the recipe step.
+
+    import swiftbox as sb
+    sb.sft(model="toy", dataset="recipes/data/parity_sft.jsonl", lora={"rank": 8}, epochs=3)
+    sb.run_recipe("recipes/quickstart.yaml", overrides=["sft.epochs=1"])
+
+Each returns the step's summary entry: {"step", "output", "ok", "metrics"}.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from swiftbox.runner import run_recipe, run_step
+from swiftbox.steps import STEP_TYPES
+
+
+def _make(kind: str):
+    schema = STEP_TYPES[kind]
+
+    def step(model: Optional[str] = None, *, device: Optional[str] = None, runs_root=None, **settings) -> dict:
+        if model is not None:
+            settings["model"] = model
+        return run_step(kind, settings, runs_root=runs_root, device=device)
+
+    fields = "\n".join(f"    {name}: {f.description or ''}" for name, f in schema.model_fields.items())
+    step.__name__ = kind
+    step.__qualname__ = kind
+    step.__doc__ = f"Run the `{kind}` step (see docs/recipes.md). Settings:\n{fields}"
+    return step
+
+
+download = _make("download")
+sft = _make("sft")
+dpo = _make("dpo")
+merge = _make("merge")
+quantize = _make("quantize")
+serve = _make("serve")
+chat = _make("chat")
+eval = _make("eval")  # noqa: A001 - the step is called eval; swiftbox.eval(...) reads naturally
+
+__all__ = ["run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval"]

@@ -1,0 +1,237 @@
+"""Command line: `./launch.sh COMMAND ...` (= `python -m swiftbox`).
+
+Pipeline sub-commands get their flags from the step schemas in swiftbox.steps, so the CLI, recipes and
+the Python API share one schema. Nothing heavy is imported until a command runs (`--help` is fast).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import typing
+from pathlib import Path
+
+from swiftbox.errors import SwiftboxError, UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINE_HELP = {
+    "download": "fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)",
+    "sft": "supervised fine-tuning: LoRA / QLoRA / DoRA / full",
+    "dpo": "preference alignment with DPO",
+    "eval": "accuracy on a question/answer file and perplexity",
+    "merge": "merge adapters into their base model",
+    "quantize": "GPTQ 4/8-bit export",
+    "serve": "OpenAI-compatible server (built-in engine or vLLM)",
+    "chat": "chat in the terminal with a model or a running server",
+}
+PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
+ALIASES = {"output": ["--out"], "engine": ["--backend"]}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports bad flags as one line (exit 2) instead of usage + error."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _is_list_type(annotation) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (list, dict, tuple):
+        return True
+    return any(_is_list_type(a) for a in typing.get_args(annotation))
+
+
+def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "") -> None:
+    from pydantic import BaseModel
+
+    for name, field in schema.model_fields.items():
+        dest = f"{prefix}{name}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            _add_schema_flags(parser, ann, prefix=f"{dest}.")
+            continue
+        names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
+        names += [] if prefix else ALIASES.get(name, [])
+        kwargs = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
+        if ann is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif _is_list_type(ann):
+            kwargs["nargs"] = "+"
+            kwargs["metavar"] = "VALUE"
+        else:
+            kwargs["metavar"] = name.upper()
+        parser.add_argument(*dict.fromkeys(names), **kwargs)
+
+
+def _settings_from_args(args: argparse.Namespace, schema) -> dict:
+    settings: dict = {}
+    for key, value in vars(args).items():
+        if key.startswith("_") or key in ("command", "model_pos", "device"):
+            continue
+        node = settings
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if isinstance(value, list) and len(value) == 1 and not _wants_list(schema, parts):
+            value = value[0]
+        node[parts[-1]] = value
+    if getattr(args, "model_pos", None):
+        settings["model"] = args.model_pos
+    return settings
+
+
+def _wants_list(schema, parts: list[str]) -> bool:
+    field = schema.model_fields.get(parts[0])
+    if field is None:
+        return False
+    if len(parts) > 1:
+        return _wants_list(field.annotation, parts[1:])
+    origin = typing.get_origin(field.annotation)
+    args = typing.get_args(field.annotation)
+    # Optional[list[...]] / dict: always a list; Union[str, list[str]]: a single value stays a string
+    if origin is typing.Union and str in args:
+        return False
+    return True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from swiftbox.steps import STEP_TYPES
+
+    parser = OneLineParser(prog="swiftbox", description="swiftbox - the LLM appliance. No command opens the menu.")
+    parser.add_argument("--version", action="version", version="swiftbox 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+
+    p = sub.add_parser("run", help="run a recipe file")
+    p.add_argument("recipe")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
+    p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
+
+    p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
+    p.add_argument("--runs-root", default=None)
+
+    p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+
+    p = sub.add_parser("test", help="run the test suite (fast by default)")
+    p.add_argument("--slow", action="store_true", help="only the slow tests")
+    p.add_argument("--all", action="store_true", help="fast and slow tests")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+
+    p = sub.add_parser("bench", help="benchmarks: sft | serve | startup (prints one JSON line)")
+    p.add_argument("name")
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+
+    sub.add_parser("menu", help="the interactive menu (same as no command)")
+    sub.add_parser("models", help="list the model presets")
+
+    p = sub.add_parser("parity", help="compare the logits of two models on a probe set")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("parity_args", nargs=argparse.REMAINDER)
+
+    for kind, schema in STEP_TYPES.items():
+        p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
+        p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
+        p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+        _add_schema_flags(p, schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command not in PASSTHROUGH:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        setattr(args, PASSTHROUGH[args.command], getattr(args, PASSTHROUGH[args.command]) + extra)
+    try:
+        return dispatch(args)
+    except SwiftboxError as exc:
+        print("swiftbox: " + " ".join(str(exc).split()), file=sys.stderr)  # always one line
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("swiftbox: interrupted", file=sys.stderr)
+        return 130
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    from swiftbox.steps import STEP_TYPES
+
+    command = args.command or "menu"
+    if command == "menu":
+        from menus.main import run_menu
+
+        return run_menu()
+    if command in ("run", "quickstart"):
+        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / "quickstart.yaml")
+        from swiftbox.report import print_summary
+        from swiftbox.runner import run_recipe
+
+        summary = run_recipe(recipe, args.overrides, runs_root=args.runs_root)
+        print_summary(summary)
+        return 0
+    if command == "doctor":
+        from swiftbox.doctor import doctor
+
+        return doctor(as_json=args.json, device=args.device)
+    if command == "test":
+        return run_tests(args)
+    if command == "bench":
+        return run_bench(args.name, args.bench_args)
+    if command == "models":
+        return _optional("swiftbox.models", "print_models", "the model registry")()
+    if command == "parity":
+        return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
+    if command in STEP_TYPES:
+        from swiftbox.runner import run_step
+
+        settings = _settings_from_args(args, STEP_TYPES[command])
+        entry = run_step(command, settings, device=args.device)
+        print(json.dumps({"output": entry["output"], "metrics": entry["metrics"]}, default=str))
+        return 0
+    raise UserError(f"unknown command {command!r}")
+
+
+def _optional(module: str, attr: str, what: str):
+    """A command whose module lands with a later issue: fail plainly (exit 1) until it exists."""
+    import importlib
+
+    from swiftbox.errors import NotBuilt
+
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            raise NotBuilt(f"{what} is not implemented yet") from None
+        raise
+
+
+def run_tests(args: argparse.Namespace) -> int:
+    import subprocess
+
+    marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
+                                      "not slow and not cuda and not npu and not vllm")
+    extra = [a for a in args.pytest_args if a != "--"]
+    cmd = [sys.executable, "-m", "pytest", "-m", marks, *extra]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    rc = subprocess.call(cmd, cwd=ROOT, env=env)
+    return 0 if rc == 5 and args.slow else rc  # no slow tests selected is not a failure
+
+
+def run_bench(name: str, bench_args: list[str]) -> int:
+    import runpy
+
+    script = ROOT / "bench" / f"{name.replace('-', '_')}.py"
+    if not script.is_file():
+        names = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_"))
+        raise UserError(f"bench {name!r}: no such benchmark; available: {', '.join(names) or 'none yet'}")
+    sys.argv = [str(script), *[a for a in bench_args if a != "--"]]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0

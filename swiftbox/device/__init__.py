@@ -1,0 +1,84 @@
+"""Device abstraction: one Platform per backend, resolved once, lazily.
+
+Resolution: an explicit request (recipe `device:` or SWIFTBOX_DEVICE) wins; else NPU -> CUDA -> CPU.
+NPU goes first because environments patched by transfer_to_npu also report CUDA.
+The decision is exported as SWIFTBOX_DEVICE so child processes never re-guess it.
+Only this package names device strings or calls torch.cuda.* / torch.npu.*.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal, normalise_devices
+from swiftbox.device.cpu import CpuPlatform
+from swiftbox.device.cuda import CudaPlatform
+from swiftbox.device.npu import NpuPlatform, npu_import_error
+from swiftbox.errors import Unsupported, UserError
+
+PLATFORMS: dict[str, type[Platform]] = {"npu": NpuPlatform, "cuda": CudaPlatform, "cpu": CpuPlatform}
+DETECTION_ORDER = ("npu", "cuda", "cpu")
+DEVICE_CHOICES = ("auto", *DETECTION_ORDER)
+
+_current: Platform | None = None
+
+
+def detect(detectors: dict[str, Callable[[], bool]] | None = None) -> list[str]:
+    """Names of the platforms available here, in detection order. Never raises."""
+    found = []
+    for name in DETECTION_ORDER:
+        probe = (detectors or {}).get(name, PLATFORMS[name].is_available)
+        try:
+            ok = bool(probe())
+        except Exception:
+            ok = False
+        if ok:
+            found.append(name)
+    return found
+
+
+def resolve_platform(requested: str | None = None, detectors: dict[str, Callable[[], bool]] | None = None) -> Platform:
+    """Pick the platform: `requested` (or SWIFTBOX_DEVICE) if given and available, else the first detected."""
+    if requested in (None, "", "auto"):
+        requested = os.environ.get("SWIFTBOX_DEVICE") or "auto"
+    requested = requested.strip().lower()
+    if requested not in DEVICE_CHOICES:
+        raise UserError(f"device: expected one of {', '.join(DEVICE_CHOICES)}, got {requested!r}")
+    available = detect(detectors)
+    if requested == "auto":
+        if _npu_installed_but_broken(detectors):
+            print(f"swiftbox: torch_npu is installed but unusable ({npu_import_error()}); falling back to "
+                  f"{available[0]}", file=sys.stderr)
+        return PLATFORMS[available[0]]()
+    if requested not in available:
+        hint = ""
+        if requested == "npu" and npu_import_error():
+            hint = f" (torch_npu failed: {npu_import_error()})"
+        raise Unsupported(f"device {requested} was requested but is not available here{hint}; "
+                          f"available: {', '.join(available)} - use device: auto or device: {available[0]}")
+    return PLATFORMS[requested]()
+
+
+def _npu_installed_but_broken(detectors) -> bool:
+    return detectors is None and npu_import_error() is not None
+
+
+def current_platform(requested: str | None = None) -> Platform:
+    """The process-wide platform, resolved once. A later different explicit request re-resolves."""
+    global _current
+    if _current is None or (requested not in (None, "auto") and requested != _current.name):
+        _current = resolve_platform(requested)
+        os.environ["SWIFTBOX_DEVICE"] = _current.name
+    return _current
+
+
+def _reset_for_tests() -> None:
+    global _current
+    _current = None
+
+
+__all__ = [
+    "FEATURES", "DEVICE_CHOICES", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
+    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "normalise_devices",
+]

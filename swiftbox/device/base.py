@@ -1,0 +1,192 @@
+"""The Platform base class: static facts as class attributes, behaviour as methods (vLLM's shape).
+
+Nothing here imports torch at module import time; methods import it when they are called.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from swiftbox.errors import Unsupported
+
+# feature -> the python package that must be importable for it (besides the platform's own support)
+FEATURE_PACKAGES: dict[str, str] = {
+    "qlora-bnb": "bitsandbytes",
+    "bnb": "bitsandbytes",
+    "gptq": "gptqmodel",
+    "vllm": "vllm",
+    "flash-attn": "flash_attn",
+    "deepspeed": "deepspeed",
+}
+
+FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "vllm", "flash-attn", "deepspeed", "multi-device")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a feature is missing on a platform, and what to use instead."""
+
+    why: str
+    instead: str
+
+
+@dataclass
+class DeviceMemory:
+    total_bytes: int | None
+    free_bytes: int | None
+
+
+class Platform:
+    name: ClassVar[str] = "base"
+    device_type: ClassVar[str] = "cpu"
+    dist_backend: ClassVar[str] = "gloo"
+    visible_devices_env: ClassVar[str | None] = None
+    # env every child process of this platform gets (merged under the user's own env)
+    default_env: ClassVar[dict[str, str]] = {}
+    # features this platform cannot do at all, with the reason and the alternative
+    refusals: ClassVar[dict[str, Refusal]] = {}
+    # python package that provides the platform's vLLM engine
+    vllm_package: ClassVar[str] = "vllm"
+
+    # -- detection -------------------------------------------------------------------------
+    @classmethod
+    def is_available(cls) -> bool:
+        """True when this backend can run here. Must never raise nor initialise the runtime."""
+        raise NotImplementedError
+
+    # -- devices ---------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return 1
+
+    def device_name(self, index: int = 0) -> str:
+        return self.name
+
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device(self.device_type, index) if self.device_type != "cpu" else torch.device("cpu")
+
+    def device_map(self, index: int = 0) -> str:
+        """A `device_map` value for `from_pretrained` that puts the whole model on one device."""
+        return "cpu" if self.device_type == "cpu" else f"{self.device_type}:{index}"
+
+    def memory(self, index: int = 0) -> DeviceMemory:
+        return DeviceMemory(None, None)
+
+    def synchronize(self) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def max_memory_allocated(self) -> int | None:
+        """Peak bytes the framework allocated on the device (None where it does not track it)."""
+        return None
+
+    def reset_peak_memory(self) -> None:
+        return None
+
+    # -- precision -------------------------------------------------------------------------
+    def bf16_supported(self) -> bool:
+        return False
+
+    def default_dtype(self) -> str:
+        """The compute dtype training and inference use unless told otherwise."""
+        if self.bf16_supported():
+            return "bfloat16"
+        return "float16"
+
+    def resolve_dtype(self, requested: str | None) -> str:
+        if requested in (None, "", "auto"):
+            return self.default_dtype()
+        if requested == "bfloat16" and not self.bf16_supported():
+            self.require("bf16")
+        return requested
+
+    def training_args(self, dtype: str) -> dict:
+        """Keyword arguments for `transformers.TrainingArguments` on this platform."""
+        return {"bf16": dtype == "bfloat16", "fp16": dtype == "float16"}
+
+    # -- capabilities ----------------------------------------------------------------------
+    def _package_for(self, feature: str) -> str | None:
+        if feature == "vllm":
+            return self.vllm_package
+        return FEATURE_PACKAGES.get(feature)
+
+    def why_not(self, feature: str) -> Refusal | None:
+        """None when `feature` works here; else why not and what to use instead."""
+        if feature not in FEATURES:
+            raise ValueError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
+        if feature == "bf16" and not self.bf16_supported():
+            return Refusal(f"bf16 is not supported by {self.describe()}", "dtype float16 (or float32)")
+        if feature in self.refusals:
+            return self.refusals[feature]
+        if feature == "multi-device" and self.device_count() < 2:
+            return Refusal(f"only {self.device_count()} {self.name} device(s) here", "a single device")
+        pkg = self._package_for(feature)
+        if pkg and not _importable(pkg):
+            return Refusal(f"the python package '{pkg}' is not installed", f"pip install {pkg.replace('_', '-')}")
+        return None
+
+    def supports(self, feature: str) -> bool:
+        return self.why_not(feature) is None
+
+    def require(self, feature: str) -> None:
+        refusal = self.why_not(feature)
+        if refusal is not None:
+            raise Unsupported(f"{feature} is not available on {self.name}: {refusal.why}; use {refusal.instead} instead")
+
+    def capability_matrix(self) -> dict[str, str]:
+        out = {}
+        for feature in FEATURES:
+            refusal = self.why_not(feature)
+            out[feature] = "yes" if refusal is None else f"no - {refusal.why}"
+        return out
+
+    # -- child processes -------------------------------------------------------------------
+    def env_for(self, devices: str | list[int] | int | None = None) -> dict[str, str]:
+        """Environment for a child process (torchrun worker, vLLM server) that must use `devices`.
+
+        The platform decision travels through SWIFTBOX_DEVICE so children never re-guess it.
+        """
+        env = dict(self.default_env)
+        env["SWIFTBOX_DEVICE"] = self.name
+        ids = normalise_devices(devices)
+        if ids is not None and self.visible_devices_env:
+            env[self.visible_devices_env] = ",".join(str(i) for i in ids)
+        return env
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.device_name(0)})"
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+
+def normalise_devices(devices: str | list[int] | int | None) -> list[int] | None:
+    """'0,1' / [0, 1] / 2 (a count) -> [0, 1]; None/'auto' -> None."""
+    if devices is None or devices == "auto" or devices == "":
+        return None
+    if isinstance(devices, int):
+        return list(range(devices))
+    if isinstance(devices, str):
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+        if len(parts) == 1 and parts[0].isdigit() and "," not in devices:
+            # a single number is a device id when given as a string list element, a count otherwise
+            return [int(parts[0])]
+        return [int(p) for p in parts]
+    return [int(d) for d in devices]
+
+
+def _importable(pkg: str) -> bool:
+    try:
+        return importlib.util.find_spec(pkg) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def env_flag(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value.strip() if value and value.strip() else None

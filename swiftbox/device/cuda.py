@@ -1,0 +1,68 @@
+"""NVIDIA CUDA platform: nccl, CUDA_VISIBLE_DEVICES, bf16 from compute capability 8.0 (Ampere) on."""
+from __future__ import annotations
+
+from swiftbox.device.base import DeviceMemory, Platform
+
+
+class CudaPlatform(Platform):
+    name = "cuda"
+    device_type = "cuda"
+    dist_backend = "nccl"
+    visible_devices_env = "CUDA_VISIBLE_DEVICES"
+    default_env = {}
+    refusals = {}
+
+    @classmethod
+    def is_available(cls) -> bool:
+        try:
+            import torch
+
+            return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+        except Exception:  # a broken driver must mean "not available", never a crash
+            return False
+
+    def device_count(self) -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    def device_name(self, index: int = 0) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(index)
+
+    def bf16_supported(self) -> bool:
+        import torch
+
+        return bool(torch.cuda.is_bf16_supported())
+
+    def memory(self, index: int = 0) -> DeviceMemory:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(index)
+        return DeviceMemory(total, free)
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def empty_cache(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def max_memory_allocated(self) -> int | None:
+        import torch
+
+        return torch.cuda.max_memory_allocated()
+
+    def reset_peak_memory(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+    def versions(self) -> dict[str, str]:
+        import torch
+
+        return {"cuda": str(torch.version.cuda)}

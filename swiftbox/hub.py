@@ -1,0 +1,41 @@
+"""Model references -> local directories.
+
+`toy` builds the built-in model; a local directory passes through (after a check that it holds a
+model or an adapter); anything else is a hub id handed to the download pipeline
+(ModelScope by default, `hf:ORG/NAME` for Hugging Face).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from swiftbox.errors import UserError
+
+
+def is_local_ref(ref: str) -> bool:
+    return ref.startswith((".", "/", "~")) or Path(ref).expanduser().exists()
+
+
+def check_local_model(path: Path) -> Path:
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory; expected a model directory (config.json + *.safetensors)")
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        return path
+    raise UserError(f"{path}: holds no model (no config.json or adapter_config.json)")
+
+
+def resolve_model(ref: str, *, revision: str | None = None) -> Path:
+    """A local directory holding the model `ref` names, fetching it if needed."""
+    if not ref:
+        raise UserError("model: empty model reference; expected toy, a hub id, hf:ORG/NAME or a local directory")
+    if ref == "toy" or ref.startswith("toy:"):
+        from swiftbox.toy import toy_path
+
+        seed = ref.split(":", 1)[1] if ":" in ref else "0"
+        if not seed.isdigit():
+            raise UserError(f"model {ref!r}: expected toy or toy:SEED with an integer seed")
+        return toy_path(int(seed))
+    if is_local_ref(ref):
+        return check_local_model(Path(ref).expanduser())
+    from swiftbox.pipelines.download import fetch
+
+    return fetch(ref, revision=revision)

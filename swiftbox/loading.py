@@ -1,0 +1,111 @@
+"""Load a model reference - plain model, adapter artifact, or a chain of them - onto the platform.
+
+Shared by every pipeline that needs weights (sft/dpo continuing from an adapter, eval, merge,
+quantize, serve, chat). Weights load from safetensors; remote code only when the user allows it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from swiftbox.artifacts import is_adapter_dir, read_manifest
+from swiftbox.errors import UserError
+from swiftbox.hub import resolve_model
+
+TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+@dataclass
+class ModelSpec:
+    """What a reference points at: a base model dir plus adapters to apply in order."""
+
+    base: Path
+    base_ref: str
+    adapters: list[Path] = field(default_factory=list)
+    quantized: Optional[str] = None  # e.g. "gptq" when the base dir holds a quantized export
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        for adapter in reversed(self.adapters):
+            if (adapter / "tokenizer_config.json").is_file():
+                return adapter
+        return self.base
+
+
+def adapter_base_ref(adapter: Path) -> str:
+    manifest = read_manifest(adapter) or {}
+    base = manifest.get("base_model")
+    if not base:
+        try:
+            base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        except (OSError, json.JSONDecodeError):
+            base = None
+    if not base:
+        raise UserError(f"{adapter}: adapter does not say its base model; pass base: (--base)")
+    return base
+
+
+def resolve_spec(ref: str, base: Optional[str] = None, *, revision: Optional[str] = None) -> ModelSpec:
+    """Follow adapter artifacts back to their base model."""
+    path = resolve_model(ref, revision=revision)
+    adapters: list[Path] = []
+    seen = set()
+    while is_adapter_dir(path):
+        if path in seen:
+            raise UserError(f"{path}: adapter lineage loops back on itself")
+        seen.add(path)
+        adapters.insert(0, path)
+        ref = base if (base and len(adapters) == 1) else adapter_base_ref(path)
+        path = resolve_model(ref)
+    config = {}
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        pass
+    quant = (config.get("quantization_config") or {}).get("quant_method")
+    return ModelSpec(base=path, base_ref=ref, adapters=adapters, quantized=quant)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in TORCH_DTYPES:
+        raise UserError(f"dtype: expected one of {', '.join(TORCH_DTYPES)}, got {name!r}")
+    return getattr(torch, TORCH_DTYPES[name])
+
+
+def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec.tokenizer_dir, trust_remote_code=trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = False,
+               trust_remote_code: bool = False, quantization_config=None, adapter_names: Optional[list[str]] = None):
+    """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code, use_safetensors=True)
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+    try:
+        model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
+    except OSError as exc:
+        raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
+    if spec.adapters:
+        from peft import PeftModel
+
+        # adapters stack in order: all but the last are merged in, the last stays attached
+        # (unless merge_adapters), so outputs equal base+adapter1+...+adapterN.
+        for i, adapter in enumerate(spec.adapters):
+            name = (adapter_names or [])[i] if adapter_names and i < len(adapter_names) else "default"
+            model = PeftModel.from_pretrained(model, str(adapter), adapter_name=name)
+            if merge_adapters or i < len(spec.adapters) - 1:
+                model = model.merge_and_unload()
+    model.eval()
+    return model

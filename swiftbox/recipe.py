@@ -1,0 +1,186 @@
+"""Recipes: load YAML (or a dict), apply `--set` overrides, validate into typed step configs.
+
+Every way a recipe can be wrong ends in one UserError line naming the field and what is expected.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional, Union
+
+from pydantic import Field, ValidationError
+
+from swiftbox.device import DEVICE_CHOICES
+from swiftbox.errors import UserError
+from swiftbox.steps import STEP_TYPES, StepBase, Strict
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class RecipeHeader(Strict):
+    name: str = Field(..., pattern=NAME_RE, description="recipe name; outputs go to runs/<name>/")
+    model: Optional[str] = Field(None, description="the first step's input model")
+    device: Literal.__getitem__(DEVICE_CHOICES) = Field("auto", description="auto or a platform name")
+    devices: Optional[Union[int, str]] = Field(None, description="device ids '0,1' or a count for training steps")
+    output_dir: Optional[str] = Field(None, description="default runs/<name>")
+    description: Optional[str] = None
+
+
+@dataclass
+class Step:
+    kind: str
+    config: StepBase
+    index: int
+
+
+@dataclass
+class Recipe:
+    header: RecipeHeader
+    steps: list[Step]
+    source: str  # file path or "<dict>"
+
+    @property
+    def name(self) -> str:
+        return self.header.name
+
+
+def load_recipe(recipe: Union[str, Path, dict], overrides: Iterable[str] = ()) -> Recipe:
+    source = "<dict>"
+    if isinstance(recipe, (str, Path)):
+        source = str(recipe)
+        data = _read_yaml(Path(recipe))
+    else:
+        data = recipe
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: expected a mapping with name, model and steps, got {type(data).__name__}")
+    data = apply_overrides(data, overrides)
+    return validate_recipe(data, source)
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    if not path.is_file():
+        raise UserError(f"{path}: recipe file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise UserError(f"{path}:{where} is not valid YAML ({problem})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+
+
+def validate_recipe(data: dict, source: str = "<dict>") -> Recipe:
+    header_data = {k: v for k, v in data.items() if k != "steps"}
+    try:
+        header = RecipeHeader.model_validate(header_data)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {format_validation_error(exc)}") from None
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise UserError(f"{source}: steps: expected a non-empty list like [{{sft: {{...}}}}, {{eval: {{}}}}]")
+    steps = [parse_step(item, i, source) for i, item in enumerate(raw_steps)]
+    return Recipe(header=header, steps=steps, source=source)
+
+
+def parse_step(item: Any, index: int, source: str = "<dict>") -> Step:
+    where = f"{source}: steps[{index}]"
+    kinds = ", ".join(STEP_TYPES)
+    if isinstance(item, str) and item in STEP_TYPES:
+        item = {item: {}}
+    if not isinstance(item, dict) or len(item) != 1:
+        raise UserError(f"{where}: expected a mapping with one key, the step kind ({kinds})")
+    kind, cfg = next(iter(item.items()))
+    if kind not in STEP_TYPES:
+        raise UserError(f"{where}: unknown step kind {kind!r}; expected one of {kinds}")
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}.{kind}: expected a mapping of settings, got {_short(cfg)}")
+    try:
+        config = STEP_TYPES[kind].model_validate(cfg)
+    except ValidationError as exc:
+        raise UserError(f"{where}.{kind}.{format_validation_error(exc)}") from None
+    return Step(kind=kind, config=config, index=index)
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """pydantic's first error as 'field.path: what is expected (got X)'."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()) if not str(p).startswith("function-")) or "value"
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown setting"
+    elif err.get("type") == "missing":
+        msg = "required setting is missing"
+    got = f" (got {_short(err['input'])})" if "input" in err and err.get("type") != "missing" else ""
+    extra = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{loc}: {msg}{got}{extra}".replace("\n", " ")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_OVERRIDE_RE = re.compile(r"^(?P<target>[A-Za-z_][\w-]*)(?:\[(?P<nth>\d+)\])?(?:\.(?P<path>[\w.]+))?$")
+
+
+def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
+    """Apply `step.key=value` / `step[n].key.sub=value` / `key=value` (recipe level).
+
+    `sft.epochs=1` sets every sft step; `eval[2].limit=5` only the second eval step. Values are YAML.
+    """
+    import copy
+
+    import yaml
+
+    overrides = list(overrides)
+    if not overrides:
+        return data
+    data = copy.deepcopy(data)
+    for text in overrides:
+        if "=" not in text:
+            raise UserError(f"--set {text!r}: expected KEY=VALUE, e.g. sft.epochs=1")
+        key, raw = text.split("=", 1)
+        match = _OVERRIDE_RE.match(key.strip())
+        if not match:
+            raise UserError(f"--set {text!r}: expected step.key=value, step[n].key=value or key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        target, nth, path = match["target"], match["nth"], match["path"]
+        if target in STEP_TYPES and path:
+            _set_on_steps(data, target, int(nth) if nth else None, path.split("."), value, text)
+        elif nth is None and path is None and target != "steps":
+            data[target] = value
+        else:
+            raise UserError(f"--set {text!r}: {target!r} is not a step kind ({', '.join(STEP_TYPES)})")
+    return data
+
+
+def _set_on_steps(data: dict, kind: str, nth: Optional[int], path: list[str], value: Any, text: str) -> None:
+    steps = data.get("steps")
+    if not isinstance(steps, list):
+        raise UserError(f"--set {text!r}: the recipe has no steps list")
+    hits = 0
+    for item in steps:
+        if isinstance(item, dict) and len(item) == 1 and kind in item:
+            hits += 1
+            if nth is not None and hits != nth:
+                continue
+            cfg = item[kind] if isinstance(item[kind], dict) else {}
+            item[kind] = cfg
+            node = cfg
+            for part in path[:-1]:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[path[-1]] = value
+    if hits == 0 or (nth is not None and nth > hits):
+        raise UserError(f"--set {text!r}: the recipe has no {'%s[%d]' % (kind, nth) if nth else kind} step")

@@ -1,0 +1,44 @@
+"""Shared fixtures. The toy model is cached once per machine ($SWIFTBOX_CACHE or ~/.cache/swiftbox)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _fresh_platform(monkeypatch):
+    """Each test resolves the platform anew and cannot leak SWIFTBOX_DEVICE into the next."""
+    from swiftbox import device
+
+    monkeypatch.delenv("SWIFTBOX_DEVICE", raising=False)
+    device._reset_for_tests()
+    yield
+    device._reset_for_tests()
+
+
+@pytest.fixture(scope="session")
+def toy_dir() -> Path:
+    from swiftbox.toy import toy_path
+
+    return toy_path(0)
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: int = 600, input: str | None = None):
+    """Run `python -m swiftbox ARGS` the way launch.sh does; returns CompletedProcess (text)."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
+    full_env.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "swiftbox", *args], capture_output=True, text=True,
+                          env=full_env, cwd=str(cwd or ROOT), timeout=timeout, input=input)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

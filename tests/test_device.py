@@ -1,0 +1,95 @@
+"""Device layer with injected detectors: resolution order, overrides, capabilities, child env."""
+from __future__ import annotations
+
+import pytest
+
+from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform, detect, resolve_platform
+from swiftbox.device.base import normalise_devices
+from swiftbox.device.npu import soc_supports_bf16
+from swiftbox.errors import Unsupported, UserError
+
+ALL = {"npu": lambda: True, "cuda": lambda: True}
+NONE = {"npu": lambda: False, "cuda": lambda: False}
+
+
+def test_detection_order_prefers_npu_over_cuda():
+    # transfer_to_npu-patched environments report CUDA too: NPU must win
+    assert detect(ALL) == ["npu", "cuda", "cpu"]
+    assert isinstance(resolve_platform("auto", ALL), NpuPlatform)
+    assert isinstance(resolve_platform("auto", {"npu": lambda: False, "cuda": lambda: True}), CudaPlatform)
+    assert isinstance(resolve_platform("auto", NONE), CpuPlatform)
+
+
+def test_detector_that_raises_counts_as_absent():
+    def boom():
+        raise RuntimeError("driver exploded")
+
+    assert detect({"npu": boom, "cuda": boom}) == ["cpu"]
+
+
+def test_env_override_wins(monkeypatch):
+    monkeypatch.setenv("SWIFTBOX_DEVICE", "cuda")
+    assert isinstance(resolve_platform(None, ALL), CudaPlatform)
+    monkeypatch.setenv("SWIFTBOX_DEVICE", "cpu")
+    assert isinstance(resolve_platform(None, ALL), CpuPlatform)
+
+
+def test_requesting_a_missing_device_is_exit_3_naming_what_is_there():
+    with pytest.raises(Unsupported) as err:
+        resolve_platform("npu", NONE)
+    assert err.value.exit_code == 3
+    assert "available: cpu" in str(err.value)
+
+
+def test_unknown_device_is_bad_input():
+    with pytest.raises(UserError):
+        resolve_platform("tpu", NONE)
+
+
+@pytest.mark.parametrize("soc,bf16", [("Ascend910B2", True), ("Ascend910B4", True), ("Ascend910_9392", True),
+                                      ("Ascend910A", False), ("Ascend910ProA", False), ("Ascend310P3", False)])
+def test_npu_bf16_only_on_910b_and_newer(soc, bf16, monkeypatch):
+    assert soc_supports_bf16(soc) is bf16
+    monkeypatch.setattr(NpuPlatform, "device_name", lambda self, i=0: soc)
+    assert NpuPlatform().default_dtype() == ("bfloat16" if bf16 else "float16")
+
+
+def test_npu_facts_and_child_env(monkeypatch):
+    p = NpuPlatform()
+    assert (p.dist_backend, p.visible_devices_env) == ("hccl", "ASCEND_RT_VISIBLE_DEVICES")
+    env = p.env_for("0,1,2,3")
+    assert env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert env["HCCL_CONNECT_TIMEOUT"] and env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert env["SWIFTBOX_DEVICE"] == "npu"
+    assert CudaPlatform().env_for(2)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert CudaPlatform().dist_backend == "nccl" and CpuPlatform().dist_backend == "gloo"
+    assert "CUDA_VISIBLE_DEVICES" not in CpuPlatform().env_for("0,1")
+
+
+def test_capability_refusals_name_an_alternative(monkeypatch):
+    monkeypatch.setattr(NpuPlatform, "device_name", lambda self, i=0: "Ascend910B2")
+    npu = NpuPlatform()
+    for feature in ("qlora-bnb", "gptq"):
+        assert not npu.supports(feature)
+        with pytest.raises(Unsupported) as err:
+            npu.require(feature)
+        assert "instead" in str(err.value) and "npu" in str(err.value)
+    assert "lora" in str(npu.why_not("qlora-bnb").instead)
+    cpu = CpuPlatform()
+    assert not cpu.supports("vllm") and "builtin" in cpu.why_not("vllm").instead
+    with pytest.raises(ValueError):
+        cpu.supports("warp-drive")
+
+
+def test_cpu_defaults():
+    cpu = CpuPlatform()
+    assert cpu.default_dtype() == "float32"
+    assert cpu.training_args("float32")["use_cpu"] is True
+    assert cpu.resolve_dtype("auto") == "float32" and cpu.resolve_dtype("bfloat16") == "bfloat16"
+    assert str(cpu.torch_device()) == "cpu"
+
+
+def test_normalise_devices():
+    assert normalise_devices("0,1,3") == [0, 1, 3]
+    assert normalise_devices(2) == [0, 1]
+    assert normalise_devices(None) is None and normalise_devices("auto") is None
