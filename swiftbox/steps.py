@@ -89,7 +89,10 @@ class DownloadStep(StepBase):
     include: Optional[list[str]] = Field(None, description="glob patterns to fetch")
     exclude: Optional[list[str]] = Field(None, description="glob patterns to skip")
     allow_pickle: bool = Field(False, description="also fetch *.bin / pickle weights")
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / HF_HUB_CACHE)")
+    link: Literal["auto", "hardlink", "symlink", "copy"] = Field(
+        "auto", description="how the output holds the files: auto = copy small files, hard-link weights "
+                            "(symlink across filesystems) to the hub cache; copy duplicates everything")
 
 
 class MergeStep(StepBase):
