@@ -151,7 +151,9 @@ class ModelScopeHub(Hub):
     def cache_dir(self, override: Optional[str] = None) -> Path:
         if override:
             return Path(override).expanduser()
-        return Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope" / "hub").expanduser()
+        # modelscope >= 1.38 (modelscope_hub): <root>/models/ORG--NAME/snapshots/REV; it also reuses the
+        # older <root>/hub/models/ORG/NAME layout by itself
+        return Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope").expanduser()
 
     def hints(self) -> str:
         return ("try: MODELSCOPE_ENDPOINT=<reachable mirror>, or --source hf (HF_ENDPOINT=https://hf-mirror.com "
