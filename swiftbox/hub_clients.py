@@ -85,11 +85,14 @@ def network_reason(exc: BaseException) -> str:
                            ("connection refused", "connection refused"),
                            ("network is unreachable", "network is unreachable"),
                            ("no route to host", "no route to host"),
+                           ("connection closed", "connection dropped mid-file"),
+                           ("peer closed", "connection dropped mid-file"),
+                           ("incompleteread", "connection dropped mid-file"),
                            ("timed out", "timed out"), ("timeout", "timed out"),
                            ("no answer", "no answer")):
         if needle in joined:
             return reason
-    return text[0].split("\n")[0][:160] if text else "unknown network error"
+    return text[-1].split("\n")[0][:160] if text else "unknown network error"
 
 
 class Hub:

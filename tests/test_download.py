@@ -101,6 +101,35 @@ def test_resume_after_a_cut_connection(hub, tmp_path, monkeypatch, source):
     assert 0 < resumed_at <= cut
 
 
+def test_an_interrupted_modelscope_download_resumes_in_the_next_run(hub, tmp_path, monkeypatch):
+    """No retries left in the first run: it fails with one line (exit 1); the next run resumes the partial file.
+    (huggingface_hub >= 1.0 discards partial files between runs; it resumes only within a run, tested above.)"""
+    from modelscope_hub import _download as ms_download
+
+    monkeypatch.setattr(ms_download, "DOWNLOAD_RETRY_TIMES", 0)
+    hub.cut_once[(REPO, "model.safetensors")] = 600_000
+    with pytest.raises(SwiftboxError) as err:
+        _download(REPO, tmp_path)
+    assert err.value.exit_code == 1 and "run the same command again" in str(err.value)
+    assert "connection dropped mid-file" in str(err.value) and "\n" not in str(err.value)
+    assert [p.stat().st_size for p in (tmp_path / "cache").rglob("model.safetensors.incomplete")] == [600_000]
+    hub.clear()
+    snap = _download(REPO, tmp_path)
+    assert (snap.path / "model.safetensors").read_bytes() == hub.repos[REPO]["model.safetensors"]
+    assert [r[2] for r in hub.file_gets()] == ["bytes=600000-"]  # only the missing part was fetched
+
+
+def test_pipelines_resolve_a_downloaded_model_without_the_network(hub, tmp_path, monkeypatch):
+    from swiftbox.hub import resolve_model
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    hub.clear()
+    first = resolve_model(f"hf:{REPO}")  # not cached yet: downloads into the default cache
+    assert (first / "model.safetensors").is_file() and hub.file_gets()
+    hub.clear()
+    assert resolve_model(f"hf:{REPO}") == first and hub.requests == []
+
+
 @pytest.mark.parametrize("source", ["modelscope", "hf"])
 def test_checksum_mismatch_is_detected_and_the_bad_copy_removed(hub, tmp_path, source):
     hub.corrupt.add((REPO, "model.safetensors"))
@@ -223,3 +252,19 @@ def test_models_command_prints_the_table(cli):
     assert res.returncode == 0, res.stderr
     assert "Qwen/Qwen2.5-0.5B-Instruct" in res.stdout and "meta-llama/Llama-3.1-8B-Instruct" in res.stdout
     assert "qlora" in res.stdout and "GiB" in res.stdout
+
+
+def test_docs_presets_table_matches_the_registry():
+    from swiftbox import models
+    from tests.conftest import ROOT
+
+    rows = {}
+    for line in (ROOT / "docs" / "models.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 7 and models.find(cells[0]) is not None:
+            rows[cells[0]] = cells
+    assert set(rows) == {p.name for p in models.PRESETS}
+    for p in models.PRESETS:
+        name, ms_id, hf_id, _params, full, lora, qlora = rows[p.name][:7]
+        assert (ms_id, hf_id) == (p.modelscope_id, p.hf_id)
+        assert [float(full), float(lora), float(qlora)] == [models.memory_gib(p, m) for m in ("full", "lora", "qlora")]
