@@ -25,12 +25,27 @@ from typing import Callable, Optional
 from swiftbox.errors import SwiftboxError, UserError
 
 PROBE_CONNECT_S = 5.0
-PROBE_READ_S = 15.0
-PROBE_DEADLINE_S = 20.0   # DNS lookups ignore socket timeouts; the deadline bounds them too
+
+
+def probe_timeout() -> float:
+    """Seconds the metadata request may wait for an answer (SWIFTBOX_HUB_TIMEOUT, default 12)."""
+    try:
+        return max(0.5, float(os.environ.get("SWIFTBOX_HUB_TIMEOUT") or 12))
+    except ValueError:
+        return 12.0
+
+
+def probe_deadline() -> float:
+    """Hard limit for the whole metadata request: DNS lookups ignore socket timeouts, this does not."""
+    return probe_timeout() + 3
 
 
 class HubUnreachable(UserError):
-    """The hub could not be contacted at all (offline, DNS, refused, no answer): exit 2."""
+    """The hub could not be contacted at all (offline, DNS failure, connection refused): exit 2."""
+
+
+class HubNoAnswer(SwiftboxError):
+    """The hub accepted the connection but did not answer in time: a transient failure, exit 1."""
 
 
 @dataclass
@@ -110,9 +125,11 @@ class Hub:
     def hints(self) -> str:
         raise NotImplementedError
 
-    def unreachable(self, repo_id: str, exc: BaseException) -> HubUnreachable:
-        return HubUnreachable(f"cannot reach {self.label} at {self.endpoint()} to fetch {repo_id} "
-                              f"({network_reason(exc)}); {self.hints()}")
+    def unreachable(self, repo_id: str, exc: BaseException) -> SwiftboxError:
+        reason = network_reason(exc)
+        cls = HubNoAnswer if reason in ("timed out", "no answer") else HubUnreachable
+        return cls(f"cannot reach {self.label} at {self.endpoint()} to fetch {repo_id} ({reason}); {self.hints()}"
+                   + ("; or raise SWIFTBOX_HUB_TIMEOUT on a slow link" if cls is HubNoAnswer else ""))
 
     def not_found(self, repo_id: str, revision: Optional[str]) -> UserError:
         from swiftbox.models import close_matches
@@ -174,10 +191,10 @@ class ModelScopeHub(Hub):
         def get():
             return requests.get(f"{endpoint}/api/v1/models/{repo_id}/repo/files",
                                 params={"Revision": rev, "Recursive": "True"}, headers=headers,
-                                timeout=(PROBE_CONNECT_S, PROBE_READ_S))
+                                timeout=(PROBE_CONNECT_S, probe_timeout()))
 
         try:
-            resp = _with_deadline(get, PROBE_DEADLINE_S, endpoint)
+            resp = _with_deadline(get, probe_deadline(), endpoint)
         except (requests.ConnectionError, requests.Timeout, TimeoutError, OSError) as exc:
             raise self.unreachable(repo_id, exc) from None
         if resp.status_code == 404:
@@ -263,7 +280,7 @@ class HuggingFaceHub(Hub):
         api = HfApi(endpoint=endpoint)
         try:
             info = _with_deadline(lambda: api.model_info(repo_id, revision=revision, files_metadata=True,
-                                                         timeout=PROBE_READ_S), PROBE_DEADLINE_S, endpoint)
+                                                         timeout=probe_timeout()), probe_deadline(), endpoint)
         except RevisionNotFoundError:
             raise self.not_found(repo_id, revision) from None
         except GatedRepoError:

@@ -186,6 +186,25 @@ def test_hub_down_fails_fast_unless_cached(hub, tmp_path, monkeypatch, source):
         fetch("hf:other/model" if source == "hf" else "other/model")
 
 
+@pytest.mark.parametrize("source", ["modelscope", "hf"])
+def test_a_hub_that_never_answers_is_a_transient_error(tmp_path, monkeypatch, source):
+    import socket
+
+    from swiftbox.hub_clients import HubNoAnswer
+
+    with socket.socket() as silent:  # accepts connections (kernel backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT" if source == "modelscope" else "HF_ENDPOINT", url)
+        monkeypatch.setenv("SWIFTBOX_HUB_TIMEOUT", "1")
+        started = time.perf_counter()
+        with pytest.raises(HubNoAnswer) as err:
+            _download(HUB_REFS[source], tmp_path)
+    assert time.perf_counter() - started < 5
+    assert err.value.exit_code == 1 and "timed out" in str(err.value) and "SWIFTBOX_HUB_TIMEOUT" in str(err.value)
+
+
 def test_cli_download_with_no_hub_is_one_line_within_30s(cli, tmp_path):
     port = closed_port()
     env = {"MODELSCOPE_ENDPOINT": f"http://127.0.0.1:{port}", "MODELSCOPE_CACHE": str(tmp_path / "ms"),

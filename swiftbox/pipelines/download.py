@@ -166,7 +166,7 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
                       include: Optional[list[str]] = None, exclude: Optional[list[str]] = None,
                       allow_pickle: bool = False, cache_dir: Optional[str] = None, refresh: bool = True) -> Snapshot:
     """Make `ref` available in the hub cache; `refresh=False` trusts an intact earlier download (no network)."""
-    from swiftbox.hub_clients import HUBS, HubUnreachable, sha256_file
+    from swiftbox.hub_clients import HUBS, HubNoAnswer, HubUnreachable, sha256_file
 
     hub_key, repo_id = parse_ref(ref, source)
     hub = HUBS[hub_key]
@@ -182,7 +182,7 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
                         f"not in the cache {cache}; download it once with a network, or pass a local directory")
     try:
         listing = hub.probe(repo_id, revision)
-    except HubUnreachable as exc:
+    except (HubUnreachable, HubNoAnswer) as exc:
         if not usable:
             raise
         print(f"swiftbox: {str(exc).split(';')[0]}; using the copy downloaded {record.get('downloaded', '')}",
