@@ -115,6 +115,7 @@ class Hub:
     label = ""
     token_env = ""
     default_revision = ""
+    client_checks_sha256 = False   # True: the client verifies every file against the listing's sha256
 
     def endpoint(self) -> str:
         raise NotImplementedError
@@ -161,6 +162,7 @@ class ModelScopeHub(Hub):
     label = "ModelScope"
     token_env = "MODELSCOPE_API_TOKEN"
     default_revision = "master"
+    client_checks_sha256 = True
 
     def endpoint(self) -> str:
         value = (os.environ.get("MODELSCOPE_ENDPOINT") or os.environ.get("MODELSCOPE_DOMAIN") or "").strip()

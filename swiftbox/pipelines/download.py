@@ -138,6 +138,13 @@ def _intact(record: dict, wanted: Optional[set] = None, strict: bool = False) ->
     return root.is_dir()
 
 
+def _unchanged(record: dict, commit: Optional[str], wanted: list[dict]) -> bool:
+    """The hub lists the same commit and files as recorded, and those files were not touched since."""
+    known = {(e["path"], e.get("size"), e.get("sha256")) for e in record.get("files", [])}
+    return (record.get("commit") == commit and all((w["path"], w["size"], w["sha256"]) in known for w in wanted)
+            and _intact(record, {w["path"] for w in wanted}, strict=True))
+
+
 def _snapshot_from_record(record: dict, *, offline: bool) -> Snapshot:
     files = [{k: e.get(k) for k in ("path", "size", "sha256")} for e in record["files"]]
     return Snapshot(Path(record["path"]), record["source"], record["repo_id"], record["revision"],
@@ -192,12 +199,10 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
     chosen = select(listing.files, allow, ignore)
     _check_selection(listing, chosen, allow_pickle)
     wanted = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in chosen]
-    if usable and record.get("commit") == listing.commit and _intact(record, {f.path for f in chosen}, strict=True):
-        known = {(e["path"], e.get("size"), e.get("sha256")) for e in record["files"]}
-        if all((w["path"], w["size"], w["sha256"]) in known for w in wanted):
-            snap = _snapshot_from_record(record, offline=False)
-            snap.files = wanted
-            return snap
+    if usable and _unchanged(record, listing.commit, wanted):  # cache hit: no transfer, no hashing
+        snap = _snapshot_from_record(record, offline=False)
+        snap.files = wanted
+        return snap
     path = hub.snapshot(listing, allow=allow, ignore=ignore, cache_dir=cache)
     previously = {(e["path"], e.get("size"), e.get("sha256"), e.get("mtime_ns")) for e in (record or {}).get("files", [])}
     for entry in wanted:
@@ -208,7 +213,8 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
 
 
 def _verify(hub, repo_id: str, file: Path, entry: dict, previously: set, sha256_file) -> None:
-    """Size always; sha256 when the hub gave one and this exact file was not verified before."""
+    """Size always; sha256 when the hub gave one, its client did not check it, and this exact file was not
+    verified before (so a cache hit never re-hashes gigabytes)."""
     try:
         st = file.stat()
     except OSError:
@@ -217,7 +223,8 @@ def _verify(hub, repo_id: str, file: Path, entry: dict, previously: set, sha256_
     bad = None
     if entry["size"] is not None and st.st_size != entry["size"]:
         bad = f"{st.st_size} bytes instead of {entry['size']}"
-    elif entry["sha256"] and (entry["path"], entry["size"], entry["sha256"], st.st_mtime_ns) not in previously:
+    elif (entry["sha256"] and not hub.client_checks_sha256
+          and (entry["path"], entry["size"], entry["sha256"], st.st_mtime_ns) not in previously):
         got = sha256_file(file)
         if got != entry["sha256"].lower():
             bad = f"sha256 {got[:12]}... instead of {entry['sha256'][:12]}..."
