@@ -79,19 +79,28 @@ def _with_deadline(fn: Callable, seconds: float, what: str):
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise TimeoutError(f"no answer from {what} within {seconds:.0f} s")
+        raise TimeoutError(f"no answer from {what} within {seconds:.0f} s (DNS or connection)")
     if "error" in box:
         raise box["error"]
     return box["value"]
 
 
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def is_read_timeout(exc: BaseException) -> bool:
+    """The server accepted the connection but did not answer in time (requests / urllib3 / httpx)."""
+    return any(type(e).__name__ in ("ReadTimeout", "ReadTimeoutError") for e in _chain(exc))
+
+
 def network_reason(exc: BaseException) -> str:
     """A short human reason for a connection failure, from anywhere in the exception chain."""
-    seen, text = set(), []
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        text.append(f"{type(exc).__name__}: {exc}")
-        exc = exc.__cause__ or exc.__context__
+    text = [f"{type(e).__name__}: {e}" for e in _chain(exc)]
     joined = " ".join(text).lower()
     for needle, reason in (("name or service not known", "host name does not resolve"),
                            ("nodename nor servname", "host name does not resolve"),
@@ -100,11 +109,11 @@ def network_reason(exc: BaseException) -> str:
                            ("connection refused", "connection refused"),
                            ("network is unreachable", "network is unreachable"),
                            ("no route to host", "no route to host"),
+                           ("connecttimeout", "connection timed out"), ("connect timeout", "connection timed out"),
                            ("connection closed", "connection dropped mid-file"),
                            ("peer closed", "connection dropped mid-file"),
                            ("incompleteread", "connection dropped mid-file"),
-                           ("timed out", "timed out"), ("timeout", "timed out"),
-                           ("no answer", "no answer")):
+                           ("no answer", "no answer"), ("timed out", "timed out"), ("timeout", "timed out")):
         if needle in joined:
             return reason
     return text[-1].split("\n")[0][:160] if text else "unknown network error"
@@ -128,7 +137,7 @@ class Hub:
 
     def unreachable(self, repo_id: str, exc: BaseException) -> SwiftboxError:
         reason = network_reason(exc)
-        cls = HubNoAnswer if reason in ("timed out", "no answer") else HubUnreachable
+        cls = HubNoAnswer if is_read_timeout(exc) else HubUnreachable
         return cls(f"cannot reach {self.label} at {self.endpoint()} to fetch {repo_id} ({reason}); {self.hints()}"
                    + ("; or raise SWIFTBOX_HUB_TIMEOUT on a slow link" if cls is HubNoAnswer else ""))
 
@@ -141,6 +150,11 @@ class Hub:
         other = "modelscope" if self.key == "hf" else "hf"
         return UserError(f"{self.label} ({self.endpoint()}) has no model {repo_id!r}{at}{hint} "
                          f"(presets: ./launch.sh models; other hub: --source {other})")
+
+    def not_a_hub(self, repo_id: str, status: int) -> UserError:
+        env = "HF_ENDPOINT" if self.key == "hf" else "MODELSCOPE_ENDPOINT"
+        return UserError(f"{self.endpoint()} answered HTTP {status} for {repo_id} without the {self.label} API's "
+                         f"error details; is {env} a {self.label} hub or mirror?")
 
     def denied(self, repo_id: str, status: int) -> UserError:
         return UserError(f"{self.label} refused access to {repo_id} (HTTP {status}: private or gated model); "
@@ -199,8 +213,6 @@ class ModelScopeHub(Hub):
             resp = _with_deadline(get, probe_deadline(), endpoint)
         except (requests.ConnectionError, requests.Timeout, TimeoutError, OSError) as exc:
             raise self.unreachable(repo_id, exc) from None
-        if resp.status_code == 404:
-            raise self.not_found(repo_id, revision)
         if resp.status_code in (401, 403):
             raise self.denied(repo_id, resp.status_code)
         if resp.status_code >= 500:
@@ -208,8 +220,9 @@ class ModelScopeHub(Hub):
         try:
             body = resp.json()
         except ValueError:
-            raise SwiftboxError(f"{self.label} at {endpoint} answered HTTP {resp.status_code} with something that is "
-                                f"not the ModelScope API (is MODELSCOPE_ENDPOINT right?)") from None
+            raise self.not_a_hub(repo_id, resp.status_code) from None
+        if resp.status_code == 404:
+            raise self.not_found(repo_id, revision) if isinstance(body, dict) else self.not_a_hub(repo_id, 404)
         data = body.get("Data") if isinstance(body, dict) else None
         if resp.status_code >= 400 or (isinstance(body, dict) and body.get("Success") is False) or data is None:
             message = str(body.get("Message") or "") if isinstance(body, dict) else ""
@@ -293,6 +306,8 @@ class HuggingFaceHub(Hub):
             status = exc.response.status_code if exc.response is not None else 0
             if status in (401, 403):
                 raise self.denied(repo_id, status) from None
+            if status == 404:
+                raise self.not_a_hub(repo_id, 404) from None
             raise self.transient(repo_id, f"HTTP {status} from {endpoint}") from None
         except (httpx2.TransportError, TimeoutError, OSError) as exc:
             raise self.unreachable(repo_id, exc) from None
