@@ -195,14 +195,26 @@ class ModelScopeHub(Hub):
         return ("try: MODELSCOPE_ENDPOINT=<reachable mirror>, or --source hf (HF_ENDPOINT=https://hf-mirror.com "
                 "for the mirror), or a local model directory")
 
+    def _token(self) -> Optional[str]:
+        """MODELSCOPE_API_TOKEN, else a saved `modelscope login` (read by the client's own config)."""
+        if os.environ.get(self.token_env):
+            return os.environ[self.token_env]
+        home = Path(os.environ.get("MODELSCOPE_HOME") or Path.home() / ".modelscope").expanduser()
+        if not (home / "credentials" / "cookies").is_file():
+            return None
+        from modelscope_hub.config import get_default_config
+
+        return get_default_config().token
+
     def probe(self, repo_id: str, revision: Optional[str]) -> Listing:
         import requests
 
         endpoint = self.endpoint()
         rev = revision or self.default_revision
         headers = {"User-Agent": "swiftbox (modelscope probe)"}
-        if os.environ.get(self.token_env):
-            headers["Authorization"] = f"Bearer {os.environ[self.token_env]}"
+        token = self._token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
 
         def get():
             return requests.get(f"{endpoint}/api/v1/models/{repo_id}/repo/files",
