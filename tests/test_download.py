@@ -241,8 +241,28 @@ def test_download_step_links_the_cache_and_records_the_manifest(hub, tmp_path):
     assert json.loads((tmp_path / "sym" / "config.json").read_text())["model_type"]
 
 
-def test_local_directory_is_checked_for_weights(tmp_path):
+def test_references_map_to_hubs_and_ids():
+    from swiftbox.pipelines.download import parse_ref
+
+    assert parse_ref("Qwen/Qwen3-4B") == ("modelscope", "Qwen/Qwen3-4B")
+    assert parse_ref("hf:meta-llama/Llama-3.2-1B-Instruct") == ("hf", "meta-llama/Llama-3.2-1B-Instruct")
+    assert parse_ref("llama-3.2-1b-instruct") == ("modelscope", "LLM-Research/Llama-3.2-1B-Instruct")
+    assert parse_ref("llama-3.2-1b-instruct", "hf") == ("hf", "meta-llama/Llama-3.2-1B-Instruct")
+    assert parse_ref("ms:org/any-model") == ("modelscope", "org/any-model")
+    with pytest.raises(UserError, match="contradicts source: modelscope"):
+        parse_ref("hf:org/x", "modelscope")
+
+
+def test_local_directory_is_checked_linked_and_recorded(toy_dir, tmp_path):
+    import swiftbox
+    from swiftbox.artifacts import read_manifest
     from swiftbox.pipelines.download import _local_files
+
+    entry = swiftbox.download(str(toy_dir), output=str(tmp_path / "local"))
+    manifest = read_manifest(tmp_path / "local")
+    assert entry["ok"] and manifest["source"] == "local" and manifest["link"] == {"copy": 7}
+    tmp_path = tmp_path / "pickled"
+    tmp_path.mkdir()
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")

@@ -289,9 +289,10 @@ def run(cfg, ctx):
     from swiftbox.runner import StepResult
 
     ref, work = ctx.input, Path(ctx.work_dir)
-    if ref == "toy" or ref.startswith("toy:") or (cfg.source in ("auto", "local") and is_local_ref(ref)):
+    is_toy = ref == "toy" or ref.startswith("toy:")
+    if is_toy or (cfg.source in ("auto", "local") and is_local_ref(ref)):
         src = resolve_model(ref)
-        kind = "toy" if ref.startswith("toy") else "local"
+        kind = "toy" if is_toy else "local"
         files = _top_files(src) if kind == "toy" else _local_files(src, cfg.allow_pickle)
         entries = [{"path": f, "size": (src / f).stat().st_size, "sha256": None} for f in files]
         info = {"source": kind, "model_id": ref, "cache_path": str(src.resolve())}
