@@ -226,7 +226,8 @@ def test_download_step_links_the_cache_and_records_the_manifest(hub, tmp_path):
     from swiftbox.artifacts import read_manifest
 
     out = tmp_path / "out"
-    entry = swiftbox.download(f"hf:{REPO}", output=str(out), cache_dir=str(tmp_path / "cache"), link="hardlink")
+    entry = swiftbox.download(f"hf:{REPO}", output=str(out), cache_dir=str(tmp_path / "cache"), link="hardlink",
+                              runs_root=tmp_path / "runs")
     assert entry["ok"] and entry["metrics"]["files"] == 7
     manifest = read_manifest(out)
     assert manifest["source"] == "hf" and manifest["model_id"] == REPO and manifest["commit"] == hub.commits[REPO]
@@ -236,7 +237,8 @@ def test_download_step_links_the_cache_and_records_the_manifest(hub, tmp_path):
     assert os.stat(out / "model.safetensors").st_ino == os.stat(cached).st_ino  # no second copy on disk
     assert manifest["link"] == {"hardlink": 7}
     # auto: small files copied, and a symlink-only mode points into the cache
-    swiftbox.download(REPO, output=str(tmp_path / "sym"), cache_dir=str(tmp_path / "cache2"), link="symlink")
+    swiftbox.download(REPO, output=str(tmp_path / "sym"), cache_dir=str(tmp_path / "cache2"), link="symlink",
+                      runs_root=tmp_path / "runs")
     assert os.path.islink(tmp_path / "sym" / "model.safetensors")
     assert json.loads((tmp_path / "sym" / "config.json").read_text())["model_type"]
 
@@ -258,7 +260,7 @@ def test_local_directory_is_checked_linked_and_recorded(toy_dir, tmp_path):
     from swiftbox.artifacts import read_manifest
     from swiftbox.pipelines.download import _local_files
 
-    entry = swiftbox.download(str(toy_dir), output=str(tmp_path / "local"))
+    entry = swiftbox.download(str(toy_dir), output=str(tmp_path / "local"), runs_root=tmp_path / "runs")
     manifest = read_manifest(tmp_path / "local")
     assert entry["ok"] and manifest["source"] == "local" and manifest["link"] == {"copy": 7}
     tmp_path = tmp_path / "pickled"
