@@ -85,11 +85,14 @@ class EvalStep(StepBase):
 
 class DownloadStep(StepBase):
     source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless hf: prefix")
-    revision: Optional[str] = None
-    include: Optional[list[str]] = Field(None, description="glob patterns to fetch")
+    revision: Optional[str] = Field(None, description="branch, tag or commit; default master (ModelScope) / main (HF)")
+    include: Optional[list[str]] = Field(None, description="glob patterns to fetch (default: everything but pickles)")
     exclude: Optional[list[str]] = Field(None, description="glob patterns to skip")
-    allow_pickle: bool = Field(False, description="also fetch *.bin / pickle weights")
-    cache_dir: Optional[str] = None
+    allow_pickle: bool = Field(False, description="also fetch *.bin / *.pt pickle weights (they can run code when loaded)")
+    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / HF_HUB_CACHE)")
+    link: Literal["auto", "hardlink", "symlink", "copy"] = Field(
+        "auto", description="how the output holds the files: auto = copy small files, hard-link weights "
+                            "(symlink across filesystems) to the hub cache; copy duplicates everything")
 
 
 class MergeStep(StepBase):

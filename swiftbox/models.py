@@ -1,0 +1,168 @@
+"""The model registry: presets for well-known chat models, and the memory each fine-tuning method needs.
+
+Small API (other modules - menus, download, docs - use only this):
+
+    PRESETS                      tuple[Preset, ...], in display order
+    find(ref) -> Preset | None   by alias ("qwen2.5-0.5b-instruct"), ModelScope id, HF id or "hf:ORG/NAME",
+                                 case-insensitive
+    close_matches(ref, n=3)      aliases/ids that look like `ref` (difflib), for "did you mean" messages
+    memory_gib(preset, method, dtype="bfloat16") -> float
+                                 rough peak memory for method in METHODS ("full", "lora", "qlora", "infer")
+    print_models()               the `./launch.sh models` table (memory on the current device)
+
+Any other Hugging Face-format model works too (through its own tokenizer chat template); a preset only
+saves typing and documents the facts people look up: hub ids, template quirks, LoRA target names, size.
+Memory figures are estimates for batch size 1-4 at ~1k tokens, not measurements: full = AdamW mixed
+precision (16 bytes/parameter) + activations; lora = frozen weights in the compute dtype + adapter +
+activations; qlora = 4-bit NF4 weights (~0.56 bytes/parameter) + adapter + activations.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Optional
+
+METHODS = ("full", "lora", "qlora", "infer")
+DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str                    # the alias people type: qwen2.5-0.5b-instruct
+    family: str
+    modelscope_id: str
+    hf_id: str
+    params_b: float              # parameters, billions
+    template: str                # chat-template notes
+    lora_targets: tuple[str, ...] = QWEN_TARGETS
+    notes: str = ""
+    trust_remote_code: bool = False
+    pickle_weights_only: bool = False  # repo ships *.bin only: needs allow_pickle
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def hub_id(self, source: str) -> str:
+        return self.hf_id if source == "hf" else self.modelscope_id
+
+
+_CHATML = "ChatML (<|im_start|>role ... <|im_end|>); the tokenizer's own template"
+_QWEN3 = "ChatML with <think> reasoning; enable_thinking=False in the template turns it off"
+_LLAMA3 = "Llama 3 headers (<|start_header_id|>role<|end_header_id|> ... <|eot_id|>)"
+_R1 = "DeepSeek-R1 (<｜User｜>/<｜Assistant｜>), answers start with <think>; keep the system prompt empty"
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49, _CHATML,
+           notes="smallest real model; good for a first run on CPU"),
+    Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54, _CHATML),
+    Preset("qwen2.5-7b-instruct", "Qwen2.5", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", 7.62, _CHATML),
+    Preset("qwen3-0.6b", "Qwen3", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B", 0.6, _QWEN3),
+    Preset("qwen3-4b", "Qwen3", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B", 4.02, _QWEN3),
+    Preset("qwen3-8b", "Qwen3", "Qwen/Qwen3-8B", "Qwen/Qwen3-8B", 8.19, _QWEN3),
+    Preset("llama-3.2-1b-instruct", "Llama-3", "LLM-Research/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
+           1.24, _LLAMA3, notes="gated on Hugging Face (accept the licence, set HF_TOKEN)"),
+    Preset("llama-3.2-3b-instruct", "Llama-3", "LLM-Research/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct",
+           3.21, _LLAMA3, notes="gated on Hugging Face"),
+    Preset("llama-3.1-8b-instruct", "Llama-3", "LLM-Research/Meta-Llama-3.1-8B-Instruct",
+           "meta-llama/Llama-3.1-8B-Instruct", 8.03, _LLAMA3, notes="gated on Hugging Face"),
+    Preset("glm-4-9b-chat", "GLM-4", "ZhipuAI/glm-4-9b-chat-hf", "THUDM/glm-4-9b-chat-hf", 9.4,
+           "GLM-4 ([gMASK]<sop><|user|> ... <|assistant|>)",
+           lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"),
+           notes="the -hf repo loads natively in transformers (no remote code)"),
+    Preset("internlm2.5-7b-chat", "InternLM", "Shanghai_AI_Laboratory/internlm2_5-7b-chat",
+           "internlm/internlm2_5-7b-chat", 7.74, "InternLM2 ChatML variant (<|im_start|> ... <|im_end|>)",
+           lora_targets=("wqkv", "wo", "w1", "w2", "w3"), trust_remote_code=True,
+           notes="needs trust_remote_code: true"),
+    Preset("baichuan2-7b-chat", "Baichuan", "baichuan-inc/Baichuan2-7B-Chat", "baichuan-inc/Baichuan2-7B-Chat", 7.51,
+           "Baichuan2 (<reserved_106> user / <reserved_107> assistant tokens)",
+           lora_targets=("W_pack", "o_proj", "gate_proj", "up_proj", "down_proj"), trust_remote_code=True,
+           pickle_weights_only=True, notes="needs trust_remote_code: true and allow_pickle: true (ships *.bin)"),
+    Preset("deepseek-r1-distill-qwen-1.5b", "DeepSeek-R1-Distill", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+           "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", 1.78, _R1),
+    Preset("deepseek-r1-distill-qwen-7b", "DeepSeek-R1-Distill", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+           "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62, _R1),
+    Preset("mistral-7b-instruct-v0.3", "Mistral", "LLM-Research/Mistral-7B-Instruct-v0.3",
+           "mistralai/Mistral-7B-Instruct-v0.3", 7.25, "Mistral [INST] ... [/INST]; no system role",
+           notes="gated on Hugging Face"),
+)
+
+
+def _keys(preset: Preset) -> set[str]:
+    return {k.lower() for k in (preset.name, preset.modelscope_id, preset.hf_id, f"hf:{preset.hf_id}",
+                                f"ms:{preset.modelscope_id}", *preset.aliases)}
+
+
+def find(ref: str) -> Optional[Preset]:
+    """The preset `ref` names (alias, ModelScope id, HF id, hf:ID), or None."""
+    key = (ref or "").strip().lower()
+    for preset in PRESETS:
+        if key in _keys(preset):
+            return preset
+    return None
+
+
+def close_matches(ref: str, n: int = 3) -> list[str]:
+    """Preset aliases and hub ids that resemble `ref` (for one-line 'did you mean' hints)."""
+    key = (ref or "").strip().lower()
+    for prefix in ("hf:", "ms:", "modelscope:"):
+        key = key[len(prefix):] if key.startswith(prefix) else key
+    names: dict[str, str] = {}
+    for preset in PRESETS:
+        for name in (preset.name, preset.modelscope_id, preset.hf_id):
+            names.setdefault(name.lower(), name)
+    hits = difflib.get_close_matches(key, list(names), n=n, cutoff=0.6)
+    if not hits:  # "qwen 7b" style: try the part after the org
+        tail = key.rsplit("/", 1)[-1]
+        hits = difflib.get_close_matches(tail, [k.rsplit("/", 1)[-1] for k in names], n=n, cutoff=0.6)
+        hits = [k for k in names if k.rsplit("/", 1)[-1] in hits][:n]
+    return [names[h] for h in dict.fromkeys(hits)]
+
+
+def memory_gib(preset: Preset, method: str, dtype: str = "bfloat16") -> float:
+    """Rough peak memory (GiB) to run `method` on `preset` with compute `dtype` (see module docstring)."""
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    params = preset.params_b * 1e9
+    weight_bytes = DTYPE_BYTES.get(dtype, 2.0)
+    if method == "full":
+        total = params * 16 * 1.15
+    elif method == "lora":
+        total = params * weight_bytes * 1.25 + 0.75 * 2**30
+    elif method == "qlora":
+        total = params * 0.56 * 1.3 + 0.75 * 2**30
+    else:  # infer: weights + KV cache / activations
+        total = params * weight_bytes * 1.2 + 0.25 * 2**30
+    return round(total / 2**30, 1)
+
+
+def print_models() -> int:
+    """`./launch.sh models`: the presets with the memory each method needs on this device."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from swiftbox.device import current_platform
+
+    platform = current_platform()
+    dtype = platform.default_dtype()
+    total = platform.memory().total_bytes
+    total_gib = total / 2**30 if total else None
+    where = f"{platform.name} ({platform.device_name()}), {dtype}"
+    if total_gib:
+        where += f", {total_gib:.0f} GiB"
+    table = Table(title=f"swiftbox model presets - memory on {where}", title_justify="left")
+    for col in ("preset", "ModelScope id", "Hugging Face id", "params", "full", "lora", "qlora", "notes"):
+        table.add_column(col, no_wrap=col in ("preset", "params"))
+    for p in PRESETS:
+        cells = []
+        for method in ("full", "lora", "qlora"):
+            gib = memory_gib(p, method, dtype)
+            fits = total_gib is None or gib <= total_gib
+            cells.append(f"{gib:g} GiB" if fits else f"[red]{gib:g} GiB[/red]")
+        table.add_row(p.name, p.modelscope_id, p.hf_id, f"{p.params_b:g}B", *cells, p.notes)
+    console = Console()
+    console.print(table)
+    console.print("Red: more than this device has. Estimates for batch 1-4 at ~1k tokens; any other HF-format "
+                  "model works too: ./launch.sh download ORG/NAME (ModelScope) or hf:ORG/NAME. Details: docs/models.md")
+    return 0
+
+
+__all__ = ["METHODS", "PRESETS", "Preset", "find", "close_matches", "memory_gib", "print_models"]
