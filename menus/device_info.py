@@ -1,7 +1,7 @@
 """The device facts the menu shows and decides with, resolved off the first paint's critical path.
 
-Resolving the platform imports torch (2-3 s), so the menu starts a background thread for it and
-paints at once; the header says "detecting" until the facts arrive, and flows that need a decision
+Resolving the platform imports torch (2-3 s), so the menu starts a background thread for it once
+it has painted; the header says "detecting" until the facts arrive, and flows that need a decision
 (which methods to offer) wait for it. Platform names come from the platform object, never literals.
 """
 from __future__ import annotations

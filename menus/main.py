@@ -59,12 +59,12 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
         print("swiftbox: the menu needs an interactive terminal; see ./launch.sh --help for commands",
               file=sys.stderr)
         return 2
-    session = session or MenuSession(probe=DeviceProbe().start())
+    session = session or MenuSession(probe=DeviceProbe())  # started after the first paint
     last = None
     while True:
         try:
             action = widgets.select(LiveText(lambda: header(session)), main_choices(), default=last,
-                                    instruction=INSTRUCTION, refresh_interval=0.5)
+                                    instruction=INSTRUCTION, refresh_interval=0.5, on_paint=session.probe.start)
         except ToMain:  # Ctrl-C in the main menu
             return goodbye(session)
         if action is BACK:
@@ -79,7 +79,7 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
 
 
 def goodbye(session: MenuSession) -> int:
-    session.probe.facts(timeout=15)  # never leave while the probe thread is half-way through importing torch
+    session.probe.facts(timeout=1)  # a moment for the probe thread to finish importing torch; exiting mid-import is safe too
     session.echo("bye")
     return 0
 

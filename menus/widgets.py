@@ -83,8 +83,11 @@ def choice(title: str, value: Any = None, disabled: Optional[str] = None, descri
 
 
 def select(message: Union[str, LiveText], choices: Sequence[Union[Choice, Separator, str]], default: Any = None,
-           instruction: Optional[str] = None, **kwargs) -> Any:
-    """Arrow keys always; type-to-filter on long lists. Returns the choice value or BACK."""
+           instruction: Optional[str] = None, on_paint: Optional[Callable[[], None]] = None, **kwargs) -> Any:
+    """Arrow keys always; type-to-filter on long lists. Returns the choice value or BACK.
+
+    `on_paint` runs after each repaint (the main menu starts its device probe there, after the first paint).
+    """
     choices = [Choice(c, value=c) if isinstance(c, str) else c for c in choices]
     enabled = [c for c in choices if isinstance(c, Choice) and not c.disabled]
     if not enabled:
@@ -95,9 +98,12 @@ def select(message: Union[str, LiveText], choices: Sequence[Union[Choice, Separa
     default_choice = next((c for c in enabled if c.value == default), None) if default is not None else None
     searchable = len(choices) >= FILTER_MIN
     while True:
-        answer = ask(questionary.select(
+        question = questionary.select(
             message, choices=choices, default=default_choice, style=STYLE, use_search_filter=searchable,
-            use_jk_keys=False, use_shortcuts=False, instruction=instruction, **kwargs))
+            use_jk_keys=False, use_shortcuts=False, instruction=instruction, **kwargs)
+        if on_paint is not None:
+            question.application.after_render += lambda app: on_paint()
+        answer = ask(question)
         if answer is BACK or answer in values:
             return answer
         # only reachable when filtering left the pointer on a disabled entry: ask again
