@@ -111,7 +111,7 @@ def _chat_prompt(state: dict):
 CHAT = Flow(
     "chat", "Chat with a model",
     lambda s: [("model", q.model(s, "Model or adapter to chat with:")),
-               ("mode", q.pick("How?", "mode", [("Chat here until I type /exit", "repl"),
+               ("mode", q.pick("How?", "mode", [("Chat here, interactively", "repl"),
                                                 ("Ask one question and show the answer", "one")], "repl")),
                ("prompt", _chat_prompt),
                ("output", q.output(s, "chat"))],
