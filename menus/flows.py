@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from menus import questions as q
+from menus import widgets
 from menus import review as review_screen
 from menus.session import MenuSession
 from menus.widgets import BACK
@@ -100,8 +101,6 @@ EVAL = Flow(
 
 
 def _chat_prompt(state: dict):
-    from menus import widgets
-
     if state.get("mode") != "one":
         return Auto(None)
     return widgets.text("Your question:", default=state.get("prompt") or "Is 12345 odd?",
@@ -140,8 +139,6 @@ def _serve_questions(s: MenuSession) -> list:
 
 
 def _api_key(state: dict):
-    from menus import widgets
-
     answer = widgets.text("API key (empty: none, or SWIFTBOX_API_KEY from the environment):",
                           default=state.get("api_key") or "", password=True)
     return answer if answer is BACK else (answer or None)
@@ -158,7 +155,7 @@ SERVE = Flow(
 
 def _merge_base(state: dict):
     """Only asked when the adapter's manifest does not name its base model."""
-    from menus import artifacts, widgets
+    from menus import artifacts
 
     found = artifacts.describe(state["model"])
     if found and found.base_model:

@@ -144,7 +144,9 @@ def run(session: MenuSession, recipe: dict, saved_as: Optional[str] = None) -> O
     except SwiftboxError as exc:
         outcome.error = " ".join(str(exc).split())
     except KeyboardInterrupt:
-        session.echo("  interrupted; partial output is kept as <output>.partial for a resume")
+        kinds = [next(iter(step)) for step in recipe.get("steps", []) if isinstance(step, dict) and step]
+        session.echo("  server stopped" if kinds[-1:] == ["serve"] else
+                     "  interrupted; a training step keeps <output>.partial/ so resume: true continues it")
         raise ToMain() from None
     except Exception as exc:  # a bug, not bad input: keep the menu alive and say how to see more
         outcome.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"

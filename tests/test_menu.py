@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -86,6 +85,29 @@ def test_merge_flow_asks_base_only_when_the_manifest_lacks_it(tmp_path, monkeypa
     assert "Base model" in prompts[1]
     assert outcome.recipe["model"] == adapter.as_posix()
     assert only_step(outcome.recipe) == ("merge", {"base": "toy"})
+
+
+def test_a_model_typed_by_hand_is_checked(tmp_path, monkeypatch, built):
+    session = make_session(tmp_path)
+    typed = "not a model" + ENTER + BACKSPACE * 11 + "Qwen/Qwen2.5-0.5B-Instruct" + ENTER  # rejected, then fixed
+    with keys(monkeypatch, [DOWN + ENTER, typed, ENTER, ENTER]):  # Other, the id, output, Run
+        outcome = run_flow(session, FLOWS["download"])
+    assert outcome.recipe["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    from menus.questions import check_model_ref
+
+    assert check_model_ref("hf:Qwen/Qwen2.5-0.5B") is True and check_model_ref("toy") is True
+    assert "no such directory" in check_model_ref("./nowhere")
+
+
+def test_ctrl_c_while_serving_stops_the_server_and_returns_to_main(tmp_path, monkeypatch, built):
+    def serving(recipe, runs_root):
+        raise KeyboardInterrupt
+
+    session = make_session(tmp_path, runner=serving)
+    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]):
+        with pytest.raises(widgets.ToMain):
+            run_flow(session, FLOWS["serve"])
+    assert "  server stopped" in session.echoed
 
 
 def test_quantize_refused_here_offers_only_back(tmp_path, monkeypatch, built):
