@@ -65,7 +65,7 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
         try:
             action = widgets.select(LiveText(lambda: header(session)), main_choices(), default=last,
                                     instruction=INSTRUCTION, refresh_interval=0.5, on_paint=session.probe.start)
-        except ToMain:  # Ctrl-C in the main menu
+        except (ToMain, KeyboardInterrupt):  # Ctrl-C in the main menu (or just before it took the keyboard)
             return goodbye(session)
         if action is BACK:
             continue
@@ -74,7 +74,7 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
         last = action
         try:
             dispatch(session, action)
-        except ToMain:
+        except (ToMain, KeyboardInterrupt):  # Ctrl-C in a prompt, or while something printed (doctor)
             session.echo("  (back at the main menu; Ctrl-C here quits)")
 
 

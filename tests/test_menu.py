@@ -211,6 +211,17 @@ def test_ctrl_c_in_a_flow_returns_to_main_and_twice_quits(tmp_path, monkeypatch,
     assert session.run.recipes == []
 
 
+def test_ctrl_c_outside_a_prompt_also_returns_to_main(tmp_path, monkeypatch):
+    def interrupted(session, action):
+        raise KeyboardInterrupt  # e.g. while the doctor report is being collected
+
+    monkeypatch.setattr(main, "dispatch", interrupted)
+    session = make_session(tmp_path)
+    with keys(monkeypatch, [ENTER, CTRL_C]):
+        assert main.run_menu(session) == 0
+    assert session.echoed[-2:] == ["  (back at the main menu; Ctrl-C here quits)", "bye"]
+
+
 def test_quit_item(tmp_path, monkeypatch):
     session = make_session(tmp_path)
     with keys(monkeypatch, [UP + ENTER]):  # the pointer wraps from the first item to Quit

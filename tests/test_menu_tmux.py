@@ -14,6 +14,7 @@ from tests.tmux_term import Tmux, have_tmux
 pytestmark = pytest.mark.skipif(not have_tmux(), reason="tmux is not installed")
 LAUNCH = str(ROOT / "launch.sh")
 MAIN = "What would you like to do?"
+ACTIVE = "(↑↓ move · type to filter"  # shown only while the main menu waits for a key
 SFT_BUILT = (ROOT / "swiftbox" / "pipelines" / "sft.py").is_file()
 FIRST_PAINT_LIMIT_S = 5.0  # the target is 1 s; this bound only catches torch creeping into the first paint
 
@@ -28,7 +29,7 @@ def test_doctor_then_quit(tmp_path):
         term.wait_for("capabilities", timeout=60)
         term.wait_for("Press Enter to go back", timeout=30)
         term.keys("Enter")
-        term.wait_for(MAIN)
+        term.wait_for(ACTIVE, after="Press Enter to go back")
         term.type("Quit")
         term.keys("Enter")
         assert term.exit_code() == 0
@@ -43,7 +44,7 @@ def test_ctrl_c_returns_to_main_then_quits(tmp_path):
         term.keys("Enter")                                 # Download a model
         term.wait_for("Model to download")
         term.keys("C-c")
-        term.wait_for("back at the main menu")
+        term.wait_for(ACTIVE, after="back at the main menu")  # Ctrl-C again only once it listens
         term.keys("C-c")
         assert term.exit_code() == 0
         assert "Traceback" not in term.screen(history=True)
@@ -60,7 +61,7 @@ def test_fine_tune_says_plainly_it_is_not_built(tmp_path):
     with Tmux(LAUNCH, cwd=tmp_path) as term:
         _fine_tune_keys(term)
         term.wait_for("the sft pipeline is not built yet")
-        term.wait_for("Nothing was run")
+        term.wait_for(ACTIVE, after="Nothing was run")
         term.keys("C-c")
         assert term.exit_code() == 0
         assert "Traceback" not in term.screen(history=True)
@@ -97,7 +98,7 @@ def test_toy_fine_tune_finishes(tmp_path):
         term.keys("Enter")                                 # Run
         term.wait_for("sft finished. Next?", timeout=900)
         term.keys("Up", "Enter")                           # Back to the main menu
-        term.wait_for(MAIN)
+        term.wait_for(ACTIVE, after="Next? Back to the main menu")
         term.keys("C-c")
         assert term.exit_code() == 0
         assert "Traceback" not in term.screen(history=True)

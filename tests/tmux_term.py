@@ -64,14 +64,18 @@ class Tmux:
         args = ["capture-pane", "-p", "-t", "menu"] + (["-e"] if ansi else []) + (["-S", "-"] if history else [])
         return self._tmux(*args)
 
-    def wait_for(self, text: str, timeout: float = 30, history: bool = False) -> float:
-        """Seconds since the session started when `text` appeared; AssertionError with the screen if never."""
+    def wait_for(self, text: str, timeout: float = 30, history: bool = False, after: Optional[str] = None) -> float:
+        """Seconds since start when `text` appeared (below the last `after`, if given); AssertionError if never."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.screen(history=history):
+            screen = self.screen(history=history or after is not None)
+            if after is not None:
+                screen = screen.rpartition(after)[2] if after in screen else ""
+            if text in screen:
                 return time.monotonic() - self.started
             time.sleep(0.02)
-        raise AssertionError(f"{text!r} did not appear within {timeout}s; screen:\n{self.screen(history=True)}")
+        where = f" after {after!r}" if after else ""
+        raise AssertionError(f"{text!r} did not appear{where} within {timeout}s; screen:\n{self.screen(history=True)}")
 
     def exit_code(self, timeout: float = 30) -> int:
         self.wait_for(EXIT_MARK, timeout, history=True)
