@@ -1,8 +1,8 @@
 """The menu's only coupling to the model registry (swiftbox.models), kept small on purpose.
 
-The registry lands with its own issue; until then (or if its shape differs) the menu offers `toy`
-plus free text and shows no memory estimates. Expected shape: `PRESETS` (a dict name -> preset or a
-list of presets with `.name`/`.modelscope_id`), `memory_gib(preset, method, dtype)`.
+When the registry is missing (or its shape differs) the menu offers `toy` plus free text and shows no
+memory estimates. Shape used: `PRESETS` (presets with `.name`/`.modelscope_id`, or a dict name ->
+preset), `find(ref)`, `METHODS` and `memory_gib(preset, method, dtype)`.
 """
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ def memory_estimate(ref: str, method: str, dtype: str) -> Optional[float]:
     preset = find_preset(ref)
     if not callable(fn) or preset is None:
         return None
+    known = getattr(reg, "METHODS", ())
+    if method == "dora" and "dora" not in known:
+        method = "lora"  # DoRA trains the same adapter plus a magnitude vector: LoRA's footprint, near enough
     try:
         value = fn(preset, method, dtype)
     except Exception:

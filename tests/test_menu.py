@@ -27,6 +27,14 @@ def _at_root(monkeypatch):
     monkeypatch.chdir(ROOT)  # bundled datasets are listed relative to the working directory
 
 
+@pytest.fixture(autouse=True)
+def _no_registry(monkeypatch):
+    """Model lists are toy + Other unless a test installs a registry (the real one may be on sys.path)."""
+    from menus import registry
+
+    monkeypatch.setattr(registry, "_registry", lambda: None)
+
+
 @pytest.fixture
 def built(monkeypatch):
     monkeypatch.setattr(builtins, "is_built", lambda kind: True)
@@ -164,6 +172,33 @@ def test_memory_estimates_come_from_the_registry(tmp_path, monkeypatch, built):
     note = questions.memory_note("Qwen/Qwen2.5-7B-Instruct", "full", "float32", FACTS)
     assert "40.0 GiB" in note and "more than this cpu's 16 GiB" in note
     assert "2.5 GiB" in questions.memory_note("Qwen/Qwen2.5-7B-Instruct", "lora", "float32", FACTS)
+
+
+def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
+    import types
+    from dataclasses import dataclass
+
+    from menus import registry
+
+    @dataclass(frozen=True)
+    class Preset:
+        name: str
+        modelscope_id: str
+
+    qwen = Preset("qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B-Instruct")
+    fake = types.SimpleNamespace(
+        PRESETS=(qwen,), METHODS=("full", "lora", "qlora", "infer"),
+        find=lambda ref: qwen if ref in (qwen.name, qwen.modelscope_id) else None,
+        memory_gib=lambda preset, method, dtype: {"full": 140.0, "lora": 17.3, "qlora": 6.0}[method])
+    monkeypatch.setattr(registry, "_registry", lambda: fake)
+    assert [o.ref for o in registry.model_options()] == ["toy", "Qwen/Qwen2.5-7B-Instruct"]
+    assert registry.memory_estimate("Qwen/Qwen2.5-7B-Instruct", "dora", "bfloat16") == 17.3
+    session = make_session(tmp_path)
+    with keys(monkeypatch, [DOWN + ENTER, ENTER, DOWN + ENTER, ENTER, ENTER, ENTER, ENTER]) as prompts:
+        outcome = run_flow(session, FLOWS["sft"])
+    assert outcome.recipe["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert only_step(outcome.recipe)[1]["method"] == "dora"
+    assert prompts[2] == "Method:"
 
 
 def test_registry_missing_means_toy_and_free_text(monkeypatch):

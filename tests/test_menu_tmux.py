@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from menus.builtins import is_built
 from tests.conftest import ROOT
 from tests.tmux_term import Tmux, have_tmux
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.skipif(not have_tmux(), reason="tmux is not installed")
 LAUNCH = str(ROOT / "launch.sh")
 MAIN = "What would you like to do?"
 ACTIVE = "(↑↓ move · type to filter"  # shown only while the main menu waits for a key
-SFT_BUILT = (ROOT / "swiftbox" / "pipelines" / "sft.py").is_file()
+SFT_BUILT = is_built("sft")  # swiftbox/pipelines/sft.py, found the way the menu and the runner find it
 FIRST_PAINT_LIMIT_S = 5.0  # the target is 1 s; this bound only catches torch creeping into the first paint
 
 
