@@ -32,7 +32,7 @@ STYLE = questionary.Style([
     ("question", "bold"),
     ("pointer", "fg:#5fd7ff bold"),
     ("highlighted", "fg:#5fd7ff bold"),
-    ("selected", "fg:#5fd7ff"),
+    ("selected", "fg:#5fd7ff noreverse"),
     ("disabled", "fg:#808080 italic"),
     ("instruction", "fg:#808080"),
     ("answer", "fg:#87d787 bold"),
