@@ -79,7 +79,7 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
 
 
 def goodbye(session: MenuSession) -> int:
-    session.probe.facts(timeout=1)  # a moment for the probe thread to finish importing torch; exiting mid-import is safe too
+    session.probe.facts(timeout=1)  # a moment for the probe to finish importing torch (leaving mid-import is safe too)
     session.echo("bye")
     return 0
 

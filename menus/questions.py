@@ -117,13 +117,29 @@ def method(session: MenuSession, kind: str):
         facts = session.probe.facts()
         ref = state.get("model") or ""
         dtype = facts.dtype if facts else "auto"
-        choices = []
+        choices, refused = [], set()
         for name, title in METHODS.items():
             why = facts.why_not("qlora-bnb") if (facts and name == "qlora") else None
+            if why:
+                refused.add(name)
             choices.append(widgets.choice(title + memory_note(ref, name, dtype, facts), name, disabled=why))
-        return widgets.select("Method:", choices, default=state.get("method") or schema_default(kind, "method"))
+        default = state.get("method") or fitting_method(ref, dtype, facts, refused, schema_default(kind, "method"))
+        return widgets.select("Method:", choices, default=default)
 
     return ask
+
+
+def fitting_method(ref: str, dtype: str, facts, refused: set, preferred: str) -> str:
+    """`preferred` (LoRA), unless the registry says it will not fit this device and QLoRA would."""
+    if not facts or not facts.memory_gib:
+        return preferred
+    need = registry.memory_estimate(ref, preferred, dtype)
+    if need is None or need <= facts.memory_gib:
+        return preferred
+    small = registry.memory_estimate(ref, "qlora", dtype)
+    if "qlora" not in refused and small is not None and small <= facts.memory_gib:
+        return "qlora"
+    return preferred
 
 
 def memory_note(ref: str, method_name: str, dtype: str, facts) -> str:

@@ -201,6 +201,16 @@ def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
     assert prompts[2] == "Method:"
 
 
+def test_method_default_is_qlora_when_only_it_fits(monkeypatch):
+    from menus import questions, registry
+
+    monkeypatch.setattr(registry, "memory_estimate", lambda ref, method, dtype: {"lora": 20.0, "qlora": 7.0}.get(method))
+    assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, set(), "lora") == "qlora"
+    assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, {"qlora"}, "lora") == "lora"
+    roomy = DeviceFacts(**{**FACTS.__dict__, "memory_gib": 80.0})
+    assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", roomy, set(), "lora") == "lora"
+
+
 def test_registry_missing_means_toy_and_free_text(monkeypatch):
     from menus import registry
 
