@@ -129,10 +129,26 @@ def save(session: MenuSession, recipe: dict) -> Optional[str]:
             return None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{file.name}.tmp")
-    tmp.write_text(f"# made by the swiftbox menu; run with ./launch.sh run {file}\n" + to_yaml(recipe))
+    clean, dropped = without_secrets(recipe)
+    tmp.write_text(f"# made by the swiftbox menu; run with ./launch.sh run {file}\n" + to_yaml(clean))
     os.replace(tmp, file)
     session.echo(f"  saved {file}  (./launch.sh run {file})")
+    if dropped:
+        session.echo("  the API key was not written to the file: set SWIFTBOX_API_KEY when you run it")
     return str(file)
+
+
+def without_secrets(recipe: dict) -> tuple[dict, bool]:
+    """The recipe minus API keys (a saved file must not carry one), and whether one was dropped."""
+    import copy
+
+    clean, dropped = copy.deepcopy(recipe), False
+    for step in clean.get("steps", []):
+        for settings in (step.values() if isinstance(step, dict) else ()):
+            if isinstance(settings, dict) and settings.get("api_key"):
+                settings.pop("api_key")
+                dropped = True
+    return clean, dropped
 
 
 def run(session: MenuSession, recipe: dict, saved_as: Optional[str] = None) -> Outcome:

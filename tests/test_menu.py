@@ -309,6 +309,16 @@ def test_save_only_writes_a_recipe_the_runner_accepts(tmp_path, monkeypatch, bui
     assert outcome.saved == str(tmp_path / "recipes" / f"{outcome.recipe['name']}.yaml")
 
 
+def test_a_saved_recipe_never_holds_the_api_key(tmp_path, monkeypatch, built):
+    session = make_session(tmp_path)
+    chunks = [ENTER, ENTER, ENTER, ENTER, "sk-secret" + ENTER, ENTER, ENTER, DOWN + ENTER]  # ... Save and run
+    with keys(monkeypatch, chunks):
+        outcome = run_flow(session, FLOWS["serve"])
+    assert "sk-secret" not in (tmp_path / "recipes" / f"{outcome.recipe['name']}.yaml").read_text()
+    assert only_step(session.run.recipes[0])[1]["api_key"] == "sk-secret"  # the run itself has it
+    assert any("SWIFTBOX_API_KEY" in line for line in session.echoed)
+
+
 def test_after_sft_merge_is_offered_with_the_adapter_carried(tmp_path, monkeypatch, built):
     session = make_session(tmp_path)
     chunks = [DOWN + ENTER,                                   # main: Fine-tune
@@ -396,6 +406,14 @@ def test_menu_modules_do_not_import_torch():
             "sys.exit(1 if any(m == 'torch' or m.startswith('torch.') for m in sys.modules) else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr or "torch was imported by the menu modules"
+
+
+def test_the_cli_opens_the_menu_before_building_its_parser(monkeypatch):
+    from swiftbox import cli
+
+    monkeypatch.setattr(cli, "build_parser", lambda: pytest.fail("the parser was built for the menu"))
+    monkeypatch.setattr(main, "run_menu", lambda: 0)
+    assert cli.main([]) == 0 and cli.main(["menu"]) == 0
 
 
 def test_menu_needs_a_terminal(cli):
