@@ -63,8 +63,9 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
     last = None
     while True:
         try:
-            action = widgets.select(LiveText(lambda: header(session)), main_choices(), default=last,
-                                    instruction=INSTRUCTION, refresh_interval=0.5, on_paint=session.probe.start)
+            message = LiveText(lambda: header(session), answered=lambda: "swiftbox:")  # one line in the scrollback
+            action = widgets.select(message, main_choices(), default=last, instruction=INSTRUCTION,
+                                    refresh_interval=0.5, on_paint=session.probe.start)
         except (ToMain, KeyboardInterrupt):  # Ctrl-C in the main menu (or just before it took the keyboard)
             return goodbye(session)
         if action is BACK:

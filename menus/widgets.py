@@ -42,15 +42,20 @@ FILTER_MIN = 6  # lists at least this long get type-to-filter
 
 
 class LiveText:
-    """A prompt message that is re-read on every repaint (questionary formats the message per render)."""
+    """A prompt message that is re-read on every repaint (questionary formats the message per render).
 
-    def __init__(self, fn: Callable[[], str]):
-        self.fn = fn
+    `answered` is what stays in the scrollback once the prompt is answered (default: the live text).
+    """
+
+    def __init__(self, fn: Callable[[], str], answered: Optional[Callable[[], str]] = None):
+        self.fn, self.answered, self.app = fn, answered, None
 
     def __format__(self, spec: str) -> str:
-        return format(self.fn(), spec)
+        return format(str(self), spec)
 
     def __str__(self) -> str:
+        if self.answered is not None and self.app is not None and self.app.is_done:
+            return self.answered()
         return self.fn()
 
 
@@ -103,6 +108,8 @@ def select(message: Union[str, LiveText], choices: Sequence[Union[Choice, Separa
             use_jk_keys=False, use_shortcuts=False, instruction=instruction, **kwargs)
         if on_paint is not None:
             question.application.after_render += lambda app: on_paint()
+        if isinstance(message, LiveText):
+            message.app = question.application
         answer = ask(question)
         if answer is BACK or answer in values:
             return answer
