@@ -15,6 +15,7 @@ from menus.builtins import not_built_reason
 from menus.device_info import DeviceProbe
 from menus.session import MenuSession
 from menus.widgets import BACK, LiveText, ToMain
+from swiftbox.errors import SwiftboxError
 
 ITEMS = [  # (value, title, pipeline it needs)
     ("download", "Download a model", "download"),
@@ -77,6 +78,8 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
             dispatch(session, action)
         except (ToMain, KeyboardInterrupt):  # Ctrl-C in a prompt, or while something printed (doctor)
             session.echo("  (back at the main menu; Ctrl-C here quits)")
+        except SwiftboxError as exc:  # e.g. SWIFTBOX_DEVICE names a device that is not here
+            session.echo("  ! swiftbox: " + " ".join(str(exc).split()))
 
 
 def goodbye(session: MenuSession) -> int:

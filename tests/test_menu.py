@@ -267,6 +267,21 @@ def test_ctrl_c_outside_a_prompt_also_returns_to_main(tmp_path, monkeypatch):
     assert session.echoed[-2:] == ["  (back at the main menu; Ctrl-C here quits)", "bye"]
 
 
+def test_an_unusable_device_is_one_line_and_the_menu_stays(tmp_path, monkeypatch):
+    from swiftbox.errors import Unsupported
+
+    def doctor(session):
+        raise Unsupported("device npu was requested but is not available here; available: cpu")
+
+    monkeypatch.setattr(main, "doctor", doctor)
+    session = make_session(tmp_path)
+    with keys(monkeypatch, [UP + UP + ENTER, CTRL_C]):  # Device & environment, then quit
+        assert main.run_menu(session) == 0
+    assert "  ! swiftbox: device npu was requested but is not available here; available: cpu" in session.echoed
+    probe = DeviceProbe(collector=lambda: (_ for _ in ()).throw(Unsupported("no such device"))).start()
+    assert probe.facts(5) is None and probe.header() == "device unknown (no such device)"
+
+
 def test_quit_item(tmp_path, monkeypatch):
     session = make_session(tmp_path)
     with keys(monkeypatch, [UP + ENTER]):  # the pointer wraps from the first item to Quit
