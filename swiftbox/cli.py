@@ -144,12 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        if args.command not in PASSTHROUGH:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        setattr(args, PASSTHROUGH[args.command], getattr(args, PASSTHROUGH[args.command]) + extra)
+    if argv in ([], ["menu"]):
+        # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
+        args = argparse.Namespace(command="menu")
+    else:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            if args.command not in PASSTHROUGH:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            setattr(args, PASSTHROUGH[args.command], getattr(args, PASSTHROUGH[args.command]) + extra)
     try:
         return dispatch(args)
     except SwiftboxError as exc:
@@ -161,13 +165,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from swiftbox.steps import STEP_TYPES
-
     command = args.command or "menu"
     if command == "menu":
         from menus.main import run_menu
 
         return run_menu()
+    from swiftbox.steps import STEP_TYPES
+
     if command in ("run", "quickstart"):
         recipe = args.recipe if command == "run" else str(ROOT / "recipes" / "quickstart.yaml")
         from swiftbox.report import print_summary

@@ -1,0 +1,202 @@
+"""One flow per main-menu item: the questions it asks and the recipe it builds from the answers.
+
+A flow never runs anything itself: `run_flow` asks its questions, builds the recipe dict and hands it
+to the review screen (show YAML, run / save and run / save only / edit / back).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from menus import questions as q
+from menus import widgets
+from menus import review as review_screen
+from menus.session import MenuSession
+from menus.widgets import BACK
+from menus.wizard import Auto, run_wizard
+
+
+@dataclass
+class Flow:
+    kind: str                                          # the step kind it builds (= its pipeline)
+    title: str                                         # main-menu title
+    questions: Callable[[MenuSession], list]           # [(key, ask(state)), ...]
+    step: Callable[[dict], dict]                       # answers -> the step's settings
+
+
+def build_recipe(session: MenuSession, flow: Flow, state: dict) -> dict:
+    settings = flow.step(state)
+    name = state.get("name") or q.recipe_name(flow.kind, state.get("model") or flow.kind)
+    out = state.get("output")
+    if out and out.rstrip("/") != q.default_output(session, name, flow.kind):
+        settings["output"] = out.rstrip("/")
+    recipe: dict[str, Any] = {"name": name}
+    if state.get("model"):
+        recipe["model"] = state["model"]
+    recipe["steps"] = [{flow.kind: settings}]
+    return recipe
+
+
+def run_flow(session: MenuSession, flow: Flow, carry: Optional[str] = None):
+    """Ask, build, review. The review Outcome, or BACK when the user leaves the first question."""
+    state: dict = {"carry": carry}
+    if carry:
+        state["model"] = carry
+    questions = flow.questions(session) + [
+        ("outcome", lambda s: review_screen.review(session, build_recipe(session, flow, s))),
+    ]
+    result = run_wizard(questions, state)
+    return BACK if result is BACK else result["outcome"]
+
+
+def _clean(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+# -- training -----------------------------------------------------------------------------------
+
+def _train_settings(kind: str, state: dict, extra: dict) -> dict:
+    settings: dict[str, Any] = {"dataset": state["dataset"], "method": state["method"]}
+    if state["method"] != "full":
+        settings["lora"] = {"rank": state["rank"], "alpha": 2 * state["rank"]}
+    settings.update(extra)
+    settings["epochs"] = state["epochs"]
+    return _clean(settings)
+
+
+SFT = Flow(
+    "sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)",
+    lambda s: [("model", q.model(s, "Model to fine-tune:", types=("model",))),
+               ("dataset", q.dataset(s, "sft")),
+               ("method", q.method(s, "sft")),
+               ("rank", q.lora_rank("sft")),
+               ("epochs", q.number("epochs", "Epochs:", "sft", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "sft"))],
+    lambda st: _train_settings("sft", st, {}),
+)
+
+DPO = Flow(
+    "dpo", "Align (DPO)",
+    lambda s: [("model", q.model(s, "Model or SFT adapter to align:")),
+               ("dataset", q.dataset(s, "dpo", "Preference data (prompt / chosen / rejected):")),
+               ("method", q.method(s, "dpo")),
+               ("rank", q.lora_rank("dpo")),
+               ("beta", q.number("beta", "beta (DPO temperature):", "dpo", "beta", float, 0.0001, 100)),
+               ("epochs", q.number("epochs", "Epochs:", "dpo", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "dpo"))],
+    lambda st: _train_settings("dpo", st, {"beta": st["beta"]}),
+)
+
+# -- using a model ------------------------------------------------------------------------------
+
+EVAL = Flow(
+    "eval", "Evaluate",
+    lambda s: [("model", q.model(s, "Model or adapter to evaluate:")),
+               ("dataset", q.dataset(s, "eval", "Questions with reference answers:")),
+               ("match", q.pick("Count an answer right when it", "match",
+                                [("matches exactly", "exact"), ("contains the reference", "contains")], "exact")),
+               ("output", q.output(s, "eval"))],
+    lambda st: _clean({"dataset": st["dataset"], "match": st["match"]}),
+)
+
+
+def _chat_prompt(state: dict):
+    if state.get("mode") != "one":
+        return Auto(None)
+    return widgets.text("Your question:", default=state.get("prompt") or "Is 12345 odd?",
+                        validate=lambda t: bool(t.strip()) or "type a question")
+
+
+CHAT = Flow(
+    "chat", "Chat with a model",
+    lambda s: [("model", q.model(s, "Model or adapter to chat with:")),
+               ("mode", q.pick("How?", "mode", [("Chat here, interactively", "repl"),
+                                                ("Ask one question and show the answer", "one")], "repl")),
+               ("prompt", _chat_prompt),
+               ("output", q.output(s, "chat"))],
+    lambda st: _clean({"prompt": st.get("prompt")}),
+)
+
+
+def _serve_questions(s: MenuSession) -> list:
+    def engine(state: dict):
+        facts = s.probe.facts()
+        why = facts.why_not("vllm") if facts else None
+        return q.pick("Engine:", "engine", [
+            ("auto  (vLLM where it runs, else built-in)", "auto"),
+            ("built-in  (transformers + continuous batching, any device)", "builtin"),
+            ("vLLM", "vllm", why)], "auto")(state)
+
+    return [("model", q.model(s, "Model or adapter to serve:")),
+            ("engine", engine),
+            ("host", q.pick("Who may connect?", "host", [("only this machine (127.0.0.1)", "127.0.0.1"),
+                                                          ("the network (0.0.0.0)", "0.0.0.0")], "127.0.0.1")),
+            ("port", q.number("port", "Port:", "serve", "port", int, 0, 65535)),
+            ("api_key", lambda st: _api_key(st)),
+            ("smoke", q.pick("Then:", "smoke", [("keep serving until Ctrl-C", False),
+                                                 ("smoke test: start, ask one question, stop", True)], False)),
+            ("output", q.output(s, "serve"))]
+
+
+def _api_key(state: dict):
+    answer = widgets.text("API key (empty: none, or SWIFTBOX_API_KEY from the environment):",
+                          default=state.get("api_key") or "", password=True)
+    return answer if answer is BACK else (answer or None)
+
+
+SERVE = Flow(
+    "serve", "Serve (OpenAI API)", _serve_questions,
+    lambda st: _clean({"engine": st["engine"], "host": st["host"], "port": st["port"], "api_key": st.get("api_key"),
+                       "smoke": st["smoke"] or None}),
+)
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def _merge_base(state: dict):
+    """Only asked when the adapter's manifest does not name its base model."""
+    from menus import artifacts
+
+    found = artifacts.describe(state["model"])
+    if found and found.base_model:
+        return Auto(None)
+    return widgets.text("Base model of this adapter:", default=state.get("base") or "", validate=q.check_model_ref)
+
+
+MERGE = Flow(
+    "merge", "Merge adapter",
+    lambda s: [("model", q.model(s, "Adapter to merge:", types=("adapter",), presets=False)),
+               ("base", _merge_base),
+               ("output", q.output(s, "merge"))],
+    lambda st: _clean({"base": st.get("base")}),
+)
+
+
+def _quantize_method(s: MenuSession):
+    def ask(state: dict):
+        facts = s.probe.facts()
+        why = facts.why_not("gptq") if facts else None
+        return q.pick("Method:", "method", [("GPTQ (gptqmodel)", "gptq", why), ("Back", BACK)], "gptq")(state)
+
+    return ask
+
+
+QUANTIZE = Flow(
+    "quantize", "Quantize",
+    lambda s: [("model", q.model(s, "Model to quantize:", types=("model",))),
+               ("method", _quantize_method(s)),
+               ("bits", q.pick("Bits:", "bits", [("4-bit", 4), ("8-bit", 8)], 4)),
+               ("dataset", q.dataset(s, "sft", "Calibration data:",
+                                     optional="the data this model was trained on (from its manifest)")),
+               ("output", q.output(s, "quantize"))],
+    lambda st: _clean({"method": st["method"], "bits": st["bits"], "dataset": st.get("dataset")}),
+)
+
+DOWNLOAD = Flow(
+    "download", "Download a model",
+    lambda s: [("model", q.model(s, "Model to download:", types=())),
+               ("output", q.output(s, "download"))],
+    lambda st: {},
+)
+
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
