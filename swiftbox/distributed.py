@@ -7,33 +7,283 @@ Contract used by the sft/dpo pipelines, at the very top of their `run(cfg, ctx)`
     if result is not None:        # this process was the launcher; the workers did the work
         return result
 
-and `is_main_process()` decides who writes artifacts (only rank 0).
+and `is_main_process()` decides who writes artifacts (only global rank 0). The launcher writes a
+spec (step kind, validated config, input, work dir) to `<work_dir>/launch.json` and runs
+
+    torchrun --nnodes N --node-rank R --nproc-per-node P --master-addr A --master-port PORT \
+             -m swiftbox.distributed_worker <work_dir>/launch.json
+
+with the platform's child env (visible devices, HCCL_CONNECT_TIMEOUT, SWIFTBOX_DEVICE). Every worker
+rebuilds cfg/ctx and calls the same pipeline `run()`; there `maybe_relaunch` returns None because
+torchrun set WORLD_SIZE. Rank 0 hands its StepResult back through a file in the work dir, and the
+launcher's runner writes the manifest and commits the work dir as usual. Nothing here speaks any
+protocol of its own: rendezvous, process groups and failure handling are torchrun's.
 """
 from __future__ import annotations
 
+import collections
+import json
 import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
-from swiftbox.errors import NotBuilt
+from swiftbox.errors import SwiftboxError, Unsupported, UserError
+
+SPEC_FILE = "launch.json"
+RESULT_FILE = ".launch-result.json"
+_WORKER_SPEC: Optional[dict] = None  # set by swiftbox.distributed_worker inside a torchrun worker
 
 
 def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
+    """True on global rank 0 (and in a single process): the only one that writes artifacts."""
+    return rank() == 0
+
+
+# -- the launch plan --------------------------------------------------------------------------
+@dataclass
+class LaunchPlan:
+    """What the launcher runs: the torchrun argv and the env it adds for the workers."""
+
+    argv: list[str]
+    env: dict[str, str]
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    backend: str
+    devices: Optional[list[int]] = None
+    spec_path: Optional[Path] = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def command_line(self) -> str:
+        """The exact command as a shell line (env first), to rerun by hand on this node."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+    def summary(self) -> dict:
+        return {"world_size": self.world_size, "nnodes": self.nnodes, "node_rank": self.node_rank,
+                "nproc_per_node": self.nproc_per_node, "backend": self.backend,
+                "devices": self.devices, "command": self.command_line(), **self.info}
 
 
 def requested_processes(cfg, ctx) -> int:
+    return _processes_per_node(cfg, ctx)[0] * max(1, getattr(cfg, "nnodes", 1))
+
+
+def _processes_per_node(cfg, ctx) -> tuple[int, Optional[list[int]]]:
     from swiftbox.device import normalise_devices
 
-    devices = getattr(cfg, "devices", None) or ctx.header_devices
+    devices = getattr(cfg, "devices", None)
+    if devices is None:
+        devices = ctx.header_devices
     ids = normalise_devices(devices)
-    return (len(ids) if ids else 1) * max(1, getattr(cfg, "nnodes", 1))
+    return (len(ids) if ids else 1), ids
 
 
-def maybe_relaunch(cfg, ctx):
-    """None when this process should train (single process, or already a torchrun worker)."""
-    if world_size() > 1 or requested_processes(cfg, ctx) <= 1:
+def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = None) -> list[str]:
+    """`python -m torch.distributed.run` (= torchrun, same interpreter) with the rendezvous flags.
+
+    One node with the default port uses `--standalone` (torchrun picks a free port, so two runs on one
+    machine never collide); otherwise the static rendezvous every node joins: node 0 at master_addr:port.
+    """
+    argv = [python or sys.executable, "-m", "torch.distributed.run"]
+    if cfg.nnodes == 1 and "master_port" not in cfg.model_fields_set:
+        argv += ["--standalone", "--nnodes", "1"]
+    else:
+        argv += ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
+                 "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port)]
+    argv += ["--nproc-per-node", str(nproc), "--max-restarts", "0",
+             "-m", "swiftbox.distributed_worker", str(spec_path)]
+    return argv
+
+
+def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
+    """Check the request against the platform and build the torchrun command and worker env."""
+    from swiftbox.distributed_args import check_distributed
+
+    platform = ctx.platform
+    check_distributed(cfg, platform)
+    nproc, ids = _processes_per_node(cfg, ctx)
+    if ids and platform.visible_devices_env:
+        count = _device_count(platform)
+        missing = [i for i in ids if count is not None and i >= count]
+        if missing:
+            raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
+                            f"({count} visible: ids 0..{count - 1})")
+    spec_path = spec_path or Path(ctx.work_dir) / SPEC_FILE
+    env = platform.env_for(ids)
+    env["PYTHONPATH"] = _pythonpath()
+    return LaunchPlan(argv=torchrun_argv(cfg, nproc, spec_path), env=env, nproc_per_node=nproc,
+                      nnodes=cfg.nnodes, node_rank=cfg.node_rank, backend=platform.dist_backend,
+                      devices=ids, spec_path=spec_path)
+
+
+def _device_count(platform) -> Optional[int]:
+    try:
+        return int(platform.device_count())
+    except Exception:
         return None
-    raise NotBuilt("multi-device training (devices > 1) is not implemented yet")
+
+
+def _pythonpath() -> str:
+    """Workers import this same swiftbox, whether installed or run from a checkout."""
+    root = str(Path(__file__).resolve().parent.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return os.pathsep.join([root, *parts])
+
+
+# -- the seam ---------------------------------------------------------------------------------
+def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
+    """None when this process should train (one process, or already a torchrun worker).
+
+    Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
+    recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
+    """
+    if world_size() > 1:
+        if _WORKER_SPEC is None:
+            raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
+                            "instead - swiftbox runs torchrun itself and prints the command")
+        return None
+    if requested_processes(cfg, ctx) <= 1:
+        return None
+    return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
+
+
+def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 - runner imports us lazily
+    from swiftbox.runner import StepResult
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan = plan_launch(cfg, ctx)
+    _prefetch_model(ctx.input)
+    work = Path(ctx.work_dir)
+    result_path = work / RESULT_FILE
+    result_path.unlink(missing_ok=True)
+    write_spec(plan.spec_path, cfg, ctx, pipeline=pipeline)
+    if cfg.nnodes > 1 and cfg.master_addr in ("127.0.0.1", "localhost"):
+        log(f"swiftbox: note: nnodes={cfg.nnodes} with master_addr {cfg.master_addr}: other machines cannot reach it; "
+            "set master_addr to node 0's address")
+    log(f"swiftbox: {ctx.kind} on {plan.world_size} processes ({plan.nnodes} node(s) x {plan.nproc_per_node}, "
+        f"{plan.backend}); node {plan.node_rank} runs:\n  {plan.command_line()}")
+    started = time.time()
+    returncode, tail = run_and_tee(plan.argv, {**os.environ, **plan.env})
+    seconds = round(time.time() - started, 3)
+    if returncode != 0:
+        raise failure_error(returncode, tail, plan)
+    summary = {**plan.summary(), "seconds": seconds}
+    if not result_path.is_file():
+        if plan.node_rank != 0:
+            return StepResult(metrics={"world_size": plan.world_size},
+                              info={"distributed": {**summary, "note": "node 0 (global rank 0) writes the artifacts"}})
+        raise SwiftboxError(f"torchrun finished but rank 0 left no result in {result_path}; see the log above")
+    data = json.loads(result_path.read_text())
+    result_path.unlink()
+    metrics = {**data.get("metrics", {}), "world_size": plan.world_size}
+    return StepResult(metrics=metrics, info={**data.get("info", {}), "distributed": summary})
+
+
+def _prefetch_model(ref: Optional[str]) -> None:
+    """Resolve (download) the input model once here, not once per rank at the same time."""
+    if ref:
+        from swiftbox.hub import resolve_model
+
+        resolve_model(ref)
+
+
+def write_spec(path: Path, cfg, ctx, *, pipeline: str) -> None:
+    from swiftbox.artifacts import write_json_atomic
+
+    write_json_atomic(path, {
+        "swiftbox_launch": 1, "kind": ctx.kind, "pipeline": pipeline, "config": cfg.model_dump(mode="json"),
+        "fields_set": sorted(cfg.model_fields_set), "recipe": ctx.recipe, "index": ctx.index,
+        "input": ctx.input, "work_dir": str(Path(ctx.work_dir).resolve()), "output": str(Path(ctx.output).resolve()),
+        "device": ctx.platform.name, "header_devices": ctx.header_devices,
+    })
+
+
+def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[str]]:
+    """Run argv, echo its output to our stderr as it comes, and keep the last `keep` lines."""
+    tail: collections.deque = collections.deque(maxlen=keep)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1)
+
+    def pump():
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        returncode = proc.wait()
+    except BaseException:  # Ctrl-C: torchrun got the signal too; give it time to stop its workers
+        proc.terminate()
+        proc.wait(timeout=60)
+        raise
+    reader.join(timeout=10)
+    return returncode, list(tail)
+
+
+# -- failures ---------------------------------------------------------------------------------
+WORKER_MARK = "swiftbox worker failed:"
+_ROOT_RE = re.compile(r"Root Cause \(first observed failure\):(?P<body>.*)", re.S)
+_RANK_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+_EXIT_RE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_HOST_RE = re.compile(r"host\s*:\s*(\S+)")
+_MARK_RE = re.compile(re.escape(WORKER_MARK) + r" rank (\d+) exit (\d+): (.*)")
+
+
+def failure_error(returncode: int, tail: list[str], plan: Optional[LaunchPlan] = None) -> SwiftboxError:
+    """One-line error naming the failed rank, from torchrun's root-cause report and the workers' last words.
+
+    The class follows the failed rank's exit code: 2 (bad input) -> UserError, 3 -> Unsupported, else 1.
+    """
+    text = "\n".join(tail)
+    marks = {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in map(_MARK_RE.search, tail) if m}
+    root = _ROOT_RE.search(text)
+    if root:
+        body = root.group("body")
+        rk, lr = map(int, _RANK_RE.search(body).groups()) if _RANK_RE.search(body) else (None, None)
+        code = int(_EXIT_RE.search(body).group(1)) if _EXIT_RE.search(body) else returncode
+        host = _HOST_RE.search(body).group(1) if _HOST_RE.search(body) else "?"
+        _, why = marks.get(rk, (code, None))
+        if why is None:
+            why = (f"killed by signal {-code}" if code < 0 else f"exit code {code}") + " (see its log above)"
+        where = f"rank {rk} (local_rank {lr} on {host})" if rk is not None else "a worker"
+        msg = f"distributed run failed: {where}: {why}"
+        return _error_for(code)(msg)
+    if marks:
+        rk, (code, why) = min(marks.items())
+        return _error_for(code)(f"distributed run failed: rank {rk}: {why}")
+    last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+    where = f" on node {plan.node_rank}" if plan else ""
+    return SwiftboxError(f"torchrun failed{where} (exit {returncode}) before any rank reported: {last}")
+
+
+def _error_for(code: int) -> type:
+    return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
+
+
+__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "plan_launch", "rank",
+           "requested_processes", "torchrun_argv", "world_size", "failure_error"]
