@@ -1,0 +1,268 @@
+"""Multi-process training (issue 8): launch plans for simulated NPU / CUDA, refusals, and real torchrun runs.
+
+The relaunch mechanics run end to end today through a stand-in pipeline (tests/dist_standin.py: a real
+gloo all_reduce on 2 processes). The LoRA SFT run on 2 processes needs swiftbox.pipelines.sft and is
+skipped only while that module is missing.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swiftbox import distributed
+from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
+from swiftbox.distributed import failure_error, maybe_relaunch, plan_launch
+from swiftbox.distributed_args import CONFIG_DIR, PRESETS, check_distributed, training_arguments_extra
+from swiftbox.errors import SwiftboxError, Unsupported, UserError
+from swiftbox.runner import StepContext, run_recipe
+from swiftbox.steps import SftStep
+from tests.conftest import ROOT
+
+DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
+
+
+def ctx_for(platform, tmp_path, kind="sft", header_devices=None):
+    return StepContext(recipe="r", kind=kind, index=0, input="toy", work_dir=tmp_path / "out.partial",
+                       output=tmp_path / "out", platform=platform, header_devices=header_devices)
+
+
+@pytest.fixture
+def npu8(monkeypatch):
+    monkeypatch.setattr(NpuPlatform, "device_count", lambda self: 8)
+    monkeypatch.setattr(NpuPlatform, "device_name", lambda self, i=0: "Ascend910B2")
+    return NpuPlatform()
+
+
+@pytest.fixture
+def cuda4(monkeypatch):
+    monkeypatch.setattr(CudaPlatform, "device_count", lambda self: 4)
+    monkeypatch.setattr(CudaPlatform, "device_name", lambda self, i=0: "NVIDIA H100")
+    return CudaPlatform()
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+# -- launch plans ------------------------------------------------------------------------------
+@pytest.mark.parametrize("devices", ["0,1,2,3,4,5,6,7", 8, "8"])
+def test_npu_plan_two_nodes_of_eight(npu8, tmp_path, devices):
+    cfg = SftStep(dataset=DATA, devices=devices, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600)
+    plan = plan_launch(cfg, ctx_for(npu8, tmp_path))
+    argv = plan.argv
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    assert (flag(argv, "--nnodes"), flag(argv, "--node-rank"), flag(argv, "--nproc-per-node")) == ("2", "1", "8")
+    assert (flag(argv, "--master-addr"), flag(argv, "--master-port")) == ("10.0.0.1", "29600")
+    assert "--standalone" not in argv
+    assert argv[-3:] == ["-m", "swiftbox.distributed_worker", str(tmp_path / "out.partial" / "launch.json")]
+    assert plan.backend == "hccl" and plan.world_size == 16
+    assert plan.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert int(plan.env["HCCL_CONNECT_TIMEOUT"]) >= 600
+    assert plan.env["SWIFTBOX_DEVICE"] == "npu"
+    assert "CUDA_VISIBLE_DEVICES" not in plan.env
+    line = plan.command_line()
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in line and "HCCL_CONNECT_TIMEOUT=" in line
+    assert shlex.split(line)[-len(argv):] == argv  # the printed line is exactly what runs
+
+
+def test_npu_training_arguments_use_hccl(npu8, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    assert training_arguments_extra(SftStep(dataset=DATA, devices=8), npu8) == {"ddp_backend": "hccl"}
+
+
+def test_npu_device_that_does_not_exist_is_bad_input(npu8, tmp_path):
+    with pytest.raises(UserError, match="device 9 does not exist"):
+        plan_launch(SftStep(dataset=DATA, devices="0,9"), ctx_for(npu8, tmp_path))
+
+
+def test_cuda_plan_one_node(cuda4, tmp_path, monkeypatch):
+    plan = plan_launch(SftStep(dataset=DATA, devices="2,3"), ctx_for(cuda4, tmp_path))
+    assert plan.backend == "nccl" and plan.world_size == 2
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3" and plan.env["SWIFTBOX_DEVICE"] == "cuda"
+    assert "ASCEND_RT_VISIBLE_DEVICES" not in plan.env and "HCCL_CONNECT_TIMEOUT" not in plan.env
+    # one node on the default port: torchrun's standalone rendezvous picks a free port
+    assert "--standalone" in plan.argv and flag(plan.argv, "--nproc-per-node") == "2"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert training_arguments_extra(SftStep(dataset=DATA, devices=2), cuda4) == {"ddp_backend": "nccl"}
+
+
+def test_recipe_level_devices_count_too(cuda4, tmp_path):
+    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="0,1,2"))
+    assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+
+
+def test_one_process_does_not_relaunch(tmp_path):
+    assert maybe_relaunch(SftStep(dataset=DATA), ctx_for(CpuPlatform(), tmp_path)) is None
+    assert maybe_relaunch(SftStep(dataset=DATA, devices=1), ctx_for(CpuPlatform(), tmp_path)) is None
+    assert training_arguments_extra(SftStep(dataset=DATA), CpuPlatform()) == {}
+
+
+def test_swiftbox_under_a_foreign_torchrun_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="devices: N"):
+        maybe_relaunch(SftStep(dataset=DATA, devices=2), ctx_for(CpuPlatform(), tmp_path))
+
+
+# -- DeepSpeed configs and refusals -------------------------------------------------------------
+def test_bundled_deepspeed_configs_are_auto():
+    for name in PRESETS:
+        data = json.loads((CONFIG_DIR / f"{name}.json").read_text())
+        assert data["train_micro_batch_size_per_gpu"] == "auto" and data["gradient_accumulation_steps"] == "auto"
+        assert data["zero_optimization"]["stage"] == (2 if name == "zero2" else 3)
+    offload = json.loads((CONFIG_DIR / "zero3_offload.json").read_text())["zero_optimization"]
+    assert offload["offload_param"]["device"] == "cpu" and offload["offload_optimizer"]["device"] == "cpu"
+
+
+@pytest.fixture
+def deepspeed_installed(monkeypatch):
+    from swiftbox import distributed_args
+
+    real = distributed_args._version
+    monkeypatch.setattr(distributed_args, "_version", lambda pkg: "0.16.0" if pkg == "deepspeed" else real(pkg))
+    return distributed_args
+
+
+def test_deepspeed_preset_goes_to_training_arguments(cuda4, deepspeed_installed, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    extra = training_arguments_extra(SftStep(dataset=DATA, devices=4, deepspeed="zero3"), cuda4)
+    assert extra["ddp_backend"] == "nccl" and Path(extra["deepspeed"]) == CONFIG_DIR / "zero3.json"
+
+
+def test_deepspeed_user_json(cuda4, deepspeed_installed, tmp_path):
+    good = tmp_path / "ds.json"
+    good.write_text(json.dumps({"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": "auto"}))
+    assert training_arguments_extra(SftStep(dataset=DATA, deepspeed=str(good)), cuda4)["deepspeed"] == str(good)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(UserError, match="not valid JSON"):
+        check_distributed(SftStep(dataset=DATA, deepspeed=str(bad)), cuda4)
+    with pytest.raises(UserError, match="neither a preset"):
+        check_distributed(SftStep(dataset=DATA, deepspeed=str(tmp_path / "missing.json")), cuda4)
+
+
+def test_deepspeed_on_cpu_names_gloo_ddp(tmp_path):
+    with pytest.raises(Unsupported) as err:
+        plan_launch(SftStep(dataset=DATA, devices=2, deepspeed="zero2"), ctx_for(CpuPlatform(), tmp_path))
+    assert err.value.exit_code == 3 and "gloo" in str(err.value) and "cpu" in str(err.value)
+
+
+def test_deepspeed_not_installed_names_the_extra(cuda4, monkeypatch):
+    from swiftbox import distributed_args
+
+    monkeypatch.setattr(distributed_args, "_version", lambda pkg: None)
+    with pytest.raises(Unsupported, match=r"pip install 'swiftbox\[deepspeed\]'") as err:
+        check_distributed(SftStep(dataset=DATA, devices=2, deepspeed="zero2"), cuda4)
+    assert err.value.exit_code == 3
+
+
+def test_qlora_with_zero3_follows_installed_versions(cuda4, deepspeed_installed, monkeypatch):
+    cfg = SftStep(dataset=DATA, method="qlora", deepspeed="zero3")
+    check_distributed(cfg, cuda4)  # today's versions shard 4-bit weights (bnb_4bit_quant_storage)
+    from swiftbox.distributed_args import quantization_extra
+
+    assert quantization_extra(cfg, "bfloat16") == {"bnb_4bit_quant_storage": "bfloat16"}
+    assert quantization_extra(SftStep(dataset=DATA, method="qlora", deepspeed="zero2"), "bfloat16") == {}
+    monkeypatch.setattr(deepspeed_installed, "_version", lambda pkg: {"deepspeed": "0.16.0"}.get(pkg, "0.42.0"))
+    with pytest.raises(Unsupported, match="qlora with ZeRO-3 needs bitsandbytes>=0.43.0"):
+        check_distributed(cfg, cuda4)
+    check_distributed(SftStep(dataset=DATA, method="qlora", deepspeed="zero2"), cuda4)
+
+
+@pytest.mark.parametrize("settings,field", [
+    ({"deepspeed": "zero2", "fsdp": "full_shard"}, "pick one sharding engine"),
+    ({"nnodes": 2, "node_rank": 2}, "node_rank: 2 is not below nnodes"),
+    ({"devices": "0,x"}, "devices"),
+    ({"deepspeed": "zero9"}, "deepspeed"),
+    ({"fsdp": "shard_everything"}, "fsdp"),
+])
+def test_bad_distributed_settings_are_one_line_exit_2(tmp_path, settings, field):
+    with pytest.raises(UserError) as err:
+        run_recipe({"name": "r", "model": "toy", "steps": [{"sft": {"dataset": DATA, **settings}}]}, runs_root=tmp_path)
+    assert err.value.exit_code == 2 and field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_refuses_node_rank_beyond_nnodes(cli):
+    res = cli("sft", "--model", "toy", "--dataset", DATA, "--nnodes", "2", "--node-rank", "5")
+    assert res.returncode == 2, res.stderr
+    assert "node_rank: 5 is not below nnodes (2)" in res.stderr and "Traceback" not in res.stderr
+
+
+# -- failure reports -----------------------------------------------------------------------------
+TORCHRUN_TAIL = """\
+swiftbox worker failed: rank 3 exit 2: UserError: dataset: row 7 has no messages
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+swiftbox.distributed_worker FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_05:00:00
+  host      : node-b
+  rank      : 3 (local_rank: 1)
+  exitcode  : 2 (pid: 4242)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+
+
+def test_failure_report_keeps_the_ranks_exit_class():
+    err = failure_error(1, TORCHRUN_TAIL.splitlines())
+    assert isinstance(err, UserError) and err.exit_code == 2
+    assert str(err) == "distributed run failed: rank 3 (local_rank 1 on node-b): UserError: dataset: row 7 has no messages"
+    killed = TORCHRUN_TAIL.replace("exitcode  : 2", "exitcode  : -9").splitlines()[1:]
+    assert "rank 3" in str(failure_error(1, killed)) and "signal 9" in str(failure_error(1, killed))
+    early = failure_error(1, ["RuntimeError: The server socket has failed to listen on any local network address."])
+    assert type(early) is SwiftboxError and "before any rank reported" in str(early)
+
+
+# -- real torchrun, 2 gloo processes --------------------------------------------------------------
+@pytest.fixture
+def standin(monkeypatch):
+    module = importlib.import_module("tests.dist_standin")
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: module)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return module
+
+
+def test_two_process_relaunch_end_to_end(standin, tmp_path, capfd):
+    recipe = {"name": "d", "model": "toy", "steps": [{"sft": {"dataset": DATA, "devices": 2, "learning_rate": 0.001}}]}
+    summary = run_recipe(recipe, runs_root=tmp_path)
+    out = tmp_path / "d" / "sft"
+    assert summary["steps"][0]["ok"] and summary["steps"][0]["metrics"]["world_size"] == 2
+    written = json.loads((out / "standin.json").read_text())
+    assert written == {"world_size": 2, "sum": 3.0, "input": "toy", "lr": 0.001}  # 1 + 2 summed across ranks
+    manifest = json.loads((out / "swiftbox.json").read_text())
+    assert manifest["metrics"] == {"allreduce_sum": 3.0, "world_size": 2} and manifest["artifact"] == "standin"
+    dist = manifest["distributed"]
+    assert (dist["world_size"], dist["nproc_per_node"], dist["backend"]) == (2, 2, "gloo")
+    assert not (out / distributed.RESULT_FILE).exists() and (out / "launch.json").is_file()
+    assert not (tmp_path / "d" / "sft.partial").exists()
+    printed = capfd.readouterr().err
+    assert "-m torch.distributed.run --standalone --nnodes 1 --nproc-per-node 2" in printed
+    assert dist["command"] in printed
+
+
+@pytest.mark.parametrize("kind,cls", [("crash", SwiftboxError), ("user", UserError)])
+def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkeypatch, kind, cls):
+    monkeypatch.setenv("STANDIN_FAIL_RANK", "1")
+    monkeypatch.setenv("STANDIN_FAIL_KIND", kind)
+    started = time.time()
+    with pytest.raises(SwiftboxError) as err:
+        run_recipe({"name": "d", "model": "toy", "steps": [{"sft": {"dataset": DATA, "devices": 2}}]},
+                   runs_root=tmp_path)
+    assert type(err.value) is cls and time.time() - started < 120  # rank 0 was stopped, not left waiting
+    message = str(err.value)
+    assert message.startswith("distributed run failed: rank 1 (local_rank 1") and "\n" not in message
+    assert ("simulated crash on rank 1" if kind == "crash" else "bad row seen on rank 1") in message
+    assert not (tmp_path / "d" / "sft").exists()  # nothing committed
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert summary["steps"][0]["ok"] is False and "rank 1" in summary["steps"][0]["error"]
