@@ -126,18 +126,39 @@ def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
     platform = ctx.platform
     check_distributed(cfg, platform)
     nproc, ids = _processes_per_node(cfg, ctx)
-    if ids and platform.visible_devices_env:
-        count = _device_count(platform)
-        missing = [i for i in ids if count is not None and i >= count]
-        if missing:
-            raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
-                            f"({count} visible: ids 0..{count - 1})")
+    ids = _device_ids(platform, _devices_value(cfg, ctx), nproc, ids)
     spec_path = spec_path or Path(ctx.work_dir) / SPEC_FILE
     env = platform.env_for(ids)
+    for key in platform.default_env:  # the user's own HCCL_CONNECT_TIMEOUT etc. win over our defaults
+        if os.environ.get(key):
+            env[key] = os.environ[key]
     env["PYTHONPATH"] = _pythonpath()
     return LaunchPlan(argv=torchrun_argv(cfg, nproc, spec_path), env=env, nproc_per_node=nproc,
                       nnodes=cfg.nnodes, node_rank=cfg.node_rank, backend=platform.dist_backend,
                       devices=ids, spec_path=spec_path)
+
+
+def _devices_value(cfg, ctx):
+    return cfg.devices if getattr(cfg, "devices", None) is not None else ctx.header_devices
+
+
+def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Optional[list[int]]:
+    """The physical ids the workers see. A count under a user's own CUDA_/ASCEND_RT_VISIBLE_DEVICES takes
+    the first N of those; explicit ids are checked against the devices this machine has."""
+    var = platform.visible_devices_env
+    if not var or ids is None:
+        return ids
+    mine = [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
+    if isinstance(value, int) and mine:
+        if nproc > len(mine):
+            raise UserError(f"devices: {nproc} requested but {var}={os.environ[var]} makes only {len(mine)} visible")
+        return [int(p) for p in mine[:nproc]] if all(p.isdigit() for p in mine) else ids
+    count = None if mine else _device_count(platform)
+    missing = [i for i in ids if count is not None and i >= count]
+    if missing:
+        raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
+                        f"({count} visible: ids 0..{count - 1})")
+    return ids
 
 
 def _device_count(platform) -> Optional[int]:

@@ -266,3 +266,64 @@ def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkey
     assert not (tmp_path / "d" / "sft").exists()  # nothing committed
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
     assert summary["steps"][0]["ok"] is False and "rank 1" in summary["steps"][0]["error"]
+
+
+def test_user_env_is_respected(npu8, tmp_path, monkeypatch):
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "3600")
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5,6,7")
+    plan = plan_launch(SftStep(dataset=DATA, devices=2), ctx_for(npu8, tmp_path))
+    assert plan.env["HCCL_CONNECT_TIMEOUT"] == "3600" and plan.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
+    with pytest.raises(UserError, match="makes only 4 visible"):
+        plan_launch(SftStep(dataset=DATA, devices=6), ctx_for(npu8, tmp_path))
+
+
+# -- the real thing: LoRA SFT on toy, 2 gloo processes vs 1 ---------------------------------------
+SFT_SETTINGS = {"dataset": DATA, "method": "lora", "epochs": 3, "learning_rate": 0.005, "seed": 7}
+
+
+def answers_accuracy(adapter: Path, rows: int = 100) -> float:
+    """Greedy yes/no answers of base toy + adapter on the held-out parity questions (exact match)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swiftbox.toy import toy_path
+
+    tok = AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else toy_path(0))
+    tok.padding_side = "left"
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(toy_path(0)), str(adapter)).eval()
+    lines = (ROOT / "recipes" / "data" / "parity_eval.jsonl").read_text().splitlines()[:rows]
+    items = [json.loads(line)["messages"] for line in lines]
+    prompts = [tok.apply_chat_template(m[:-1], tokenize=False, add_generation_prompt=True) for m in items]
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
+    texts = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    right = [t.strip().strip(".").lower() == m[-1]["content"].strip().lower() for t, m in zip(texts, items)]
+    return sum(right) / len(right)
+
+
+@pytest.mark.slow
+def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("swiftbox.pipelines.sft")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun gives each worker: compare like with like
+    runs = {}
+    for name, settings in {"one": {"batch_size": 8}, "two": {"batch_size": 4, "devices": 2}}.items():
+        started = time.time()
+        summary = run_recipe({"name": name, "model": "toy", "steps": [{"sft": {**SFT_SETTINGS, **settings}}]},
+                             runs_root=tmp_path)  # same global batch (8), same data, same steps
+        runs[name] = {"seconds": time.time() - started, "metrics": summary["steps"][0]["metrics"],
+                      "out": Path(summary["steps"][0]["output"])}
+    one, two = runs["one"], runs["two"]
+    manifest = json.loads((two["out"] / "swiftbox.json").read_text())
+    assert manifest["metrics"]["world_size"] == 2 and manifest["distributed"]["world_size"] == 2
+    assert manifest["distributed"]["backend"] == "gloo" and (two["out"] / "adapter_model.safetensors").is_file()
+    assert not list(two["out"].glob("checkpoint*")) and "launch.json" in {p.name for p in two["out"].iterdir()}
+    assert "-m torch.distributed.run --standalone --nnodes 1 --nproc-per-node 2" in capfd.readouterr().err
+    assert two["metrics"]["steps"] == one["metrics"]["steps"]
+    assert two["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=0.1)
+    acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
+    print(f"\n1 process: {one['seconds']:.1f}s acc {acc_one:.2f} | 2 processes: {two['seconds']:.1f}s acc {acc_two:.2f}")
+    assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
+    assert acc_two >= acc_one - 0.1
