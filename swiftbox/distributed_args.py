@@ -89,6 +89,16 @@ def training_arguments_extra(cfg, platform) -> dict:
     return extra
 
 
+def model_device_map(cfg, platform):
+    """`device_map` for from_pretrained in a training step: each rank on its own local device; None when
+    ZeRO-3 or FSDP shards the weights (transformers refuses a device_map with ZeRO-3)."""
+    from swiftbox.distributed import local_rank
+
+    if cfg.fsdp or (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3):
+        return None
+    return platform.device_map(local_rank())
+
+
 def quantization_extra(cfg, torch_dtype) -> dict:
     """Extra BitsAndBytesConfig kwargs: sharded QLoRA (ZeRO-3/FSDP) stores 4-bit weights in the compute dtype."""
     sharded = (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3) or bool(cfg.fsdp)

@@ -76,6 +76,17 @@ def test_npu_training_arguments_use_hccl(npu8, monkeypatch):
     assert training_arguments_extra(SftStep(dataset=DATA, devices=8), npu8) == {"ddp_backend": "hccl"}
 
 
+def test_each_rank_loads_onto_its_own_device(npu8, cuda4, deepspeed_installed, monkeypatch):
+    from swiftbox.distributed_args import model_device_map
+
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert model_device_map(SftStep(dataset=DATA), npu8) == npu8.device_map(3) == "npu:3"
+    assert model_device_map(SftStep(dataset=DATA, deepspeed="zero2"), cuda4) == "cuda:3"
+    assert model_device_map(SftStep(dataset=DATA, deepspeed="zero3"), cuda4) is None
+    assert model_device_map(SftStep(dataset=DATA, fsdp="full_shard auto_wrap"), cuda4) is None
+    assert model_device_map(SftStep(dataset=DATA), CpuPlatform()) == "cpu"
+
+
 def test_npu_device_that_does_not_exist_is_bad_input(npu8, tmp_path):
     with pytest.raises(UserError, match="device 9 does not exist"):
         plan_launch(SftStep(dataset=DATA, devices="0,9"), ctx_for(npu8, tmp_path))
@@ -324,6 +335,7 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
     assert two["metrics"]["steps"] == one["metrics"]["steps"]
     assert two["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=0.1)
     acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
-    print(f"\n1 process: {one['seconds']:.1f}s acc {acc_one:.2f} | 2 processes: {two['seconds']:.1f}s acc {acc_two:.2f}")
+    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s acc {acc_one:.2f} | "
+          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s acc {acc_two:.2f}")
     assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
     assert acc_two >= acc_one - 0.1
