@@ -182,6 +182,9 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
     recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
     """
+    from swiftbox.distributed_args import check_distributed
+
+    check_distributed(cfg, ctx.platform)  # refusals first, even for one process (deepspeed on cpu, ...)
     if world_size() > 1:
         if _WORKER_SPEC is None:
             raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "

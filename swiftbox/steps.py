@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
@@ -80,13 +80,20 @@ class TrainBase(StepBase):
                 raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from {', '.join(FSDP_OPTIONS)}")
         return value
 
-    @model_validator(mode="after")
-    def _distributed(self):
-        if self.node_rank >= self.nnodes:
-            raise ValueError(f"node_rank: {self.node_rank} is not below nnodes ({self.nnodes}); node ranks are 0..nnodes-1")
-        if self.deepspeed and self.fsdp:
-            raise ValueError("deepspeed and fsdp: pick one sharding engine, not both")
-        return self
+    @field_validator("node_rank")
+    @classmethod
+    def _node_rank(cls, value, info):
+        nnodes = info.data.get("nnodes", 1)
+        if value >= nnodes:
+            raise ValueError(f"{value} is not below nnodes ({nnodes}); node ranks are 0..nnodes-1")
+        return value
+
+    @field_validator("fsdp")
+    @classmethod
+    def _one_sharding_engine(cls, value, info):
+        if value is not None and info.data.get("deepspeed"):
+            raise ValueError("deepspeed and fsdp are both set; pick one sharding engine")
+        return value
 
 
 class SftStep(TrainBase):

@@ -108,6 +108,11 @@ def test_recipe_level_devices_count_too(cuda4, tmp_path):
     assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
 
 
+def test_refusals_come_first_even_for_one_process(tmp_path):
+    with pytest.raises(Unsupported, match="gloo"):
+        maybe_relaunch(SftStep(dataset=DATA, deepspeed="zero3"), ctx_for(CpuPlatform(), tmp_path))
+
+
 def test_one_process_does_not_relaunch(tmp_path):
     assert maybe_relaunch(SftStep(dataset=DATA), ctx_for(CpuPlatform(), tmp_path)) is None
     assert maybe_relaunch(SftStep(dataset=DATA, devices=1), ctx_for(CpuPlatform(), tmp_path)) is None
@@ -186,8 +191,8 @@ def test_qlora_with_zero3_follows_installed_versions(cuda4, deepspeed_installed,
 
 
 @pytest.mark.parametrize("settings,field", [
-    ({"deepspeed": "zero2", "fsdp": "full_shard"}, "pick one sharding engine"),
-    ({"nnodes": 2, "node_rank": 2}, "node_rank: 2 is not below nnodes"),
+    ({"deepspeed": "zero2", "fsdp": "full_shard"}, "fsdp: Value error, deepspeed and fsdp are both set"),
+    ({"nnodes": 2, "node_rank": 2}, "node_rank: Value error, 2 is not below nnodes (2)"),
     ({"devices": "0,x"}, "devices"),
     ({"deepspeed": "zero9"}, "deepspeed"),
     ({"fsdp": "shard_everything"}, "fsdp"),
@@ -201,7 +206,7 @@ def test_bad_distributed_settings_are_one_line_exit_2(tmp_path, settings, field)
 def test_cli_refuses_node_rank_beyond_nnodes(cli):
     res = cli("sft", "--model", "toy", "--dataset", DATA, "--nnodes", "2", "--node-rank", "5")
     assert res.returncode == 2, res.stderr
-    assert "node_rank: 5 is not below nnodes (2)" in res.stderr and "Traceback" not in res.stderr
+    assert "node_rank: Value error, 5 is not below nnodes (2)" in res.stderr and "Traceback" not in res.stderr
 
 
 # -- failure reports -----------------------------------------------------------------------------
