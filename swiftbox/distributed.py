@@ -95,10 +95,7 @@ def requested_processes(cfg, ctx) -> int:
 def _processes_per_node(cfg, ctx) -> tuple[int, Optional[list[int]]]:
     from swiftbox.device import normalise_devices
 
-    devices = getattr(cfg, "devices", None)
-    if devices is None:
-        devices = ctx.header_devices
-    ids = normalise_devices(devices)
+    ids = normalise_devices(_devices_value(cfg, ctx))
     return (len(ids) if ids else 1), ids
 
 
@@ -139,7 +136,16 @@ def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
 
 
 def _devices_value(cfg, ctx):
-    return cfg.devices if getattr(cfg, "devices", None) is not None else ctx.header_devices
+    """The step's devices, else the recipe's; '4' means a count here too (as on the CLI)."""
+    from swiftbox.steps import parse_devices
+
+    value = getattr(cfg, "devices", None)
+    if value is None:
+        try:
+            value = parse_devices(ctx.header_devices)
+        except ValueError as exc:
+            raise UserError(f"devices: {exc}") from None
+    return value
 
 
 def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Optional[list[int]]:

@@ -106,6 +106,8 @@ def test_cuda_plan_one_node(cuda4, tmp_path, monkeypatch):
 def test_recipe_level_devices_count_too(cuda4, tmp_path):
     plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="0,1,2"))
     assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="2"))
+    assert plan.world_size == 2 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"  # a count, as on the CLI
 
 
 def test_refusals_come_first_even_for_one_process(tmp_path):
