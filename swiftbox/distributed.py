@@ -99,6 +99,15 @@ def _processes_per_node(cfg, ctx) -> tuple[int, Optional[list[int]]]:
     return (len(ids) if ids else 1), ids
 
 
+def needs_launch(cfg, ctx) -> bool:
+    """More than one process, or one process on a device other than the first (e.g. devices: '3,'):
+    a device is picked through the visible-devices env, which only a fresh process can get."""
+    if requested_processes(cfg, ctx) > 1:
+        return True
+    ids = _processes_per_node(cfg, ctx)[1]
+    return bool(ctx.platform.visible_devices_env and ids and ids != [0])
+
+
 def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = None) -> list[str]:
     """`python -m torch.distributed.run` (= torchrun, same interpreter) with the rendezvous flags.
 
@@ -191,12 +200,12 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     from swiftbox.distributed_args import check_distributed
 
     check_distributed(cfg, ctx.platform)  # refusals first, even for one process (deepspeed on cpu, ...)
-    if world_size() > 1:
-        if _WORKER_SPEC is None:
-            raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
-                            "instead - swiftbox runs torchrun itself and prints the command")
+    if _WORKER_SPEC is not None:
         return None
-    if requested_processes(cfg, ctx) <= 1:
+    if world_size() > 1:
+        raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
+                        "instead - swiftbox runs torchrun itself and prints the command")
+    if not needs_launch(cfg, ctx):
         return None
     return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
 
@@ -269,7 +278,10 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
         returncode = proc.wait()
     except BaseException:  # Ctrl-C: torchrun got the signal too; give it time to stop its workers
         proc.terminate()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
         raise
     reader.join(timeout=10)
     return returncode, list(tail)

@@ -103,6 +103,16 @@ def test_cuda_plan_one_node(cuda4, tmp_path, monkeypatch):
     assert training_arguments_extra(SftStep(dataset=DATA, devices=2), cuda4) == {"ddp_backend": "nccl"}
 
 
+def test_one_process_on_another_card_goes_through_the_visible_env(cuda4, tmp_path):
+    from swiftbox.distributed import needs_launch
+
+    cfg = SftStep(dataset=DATA, devices="3,")
+    assert needs_launch(cfg, ctx_for(cuda4, tmp_path)) and not needs_launch(cfg, ctx_for(CpuPlatform(), tmp_path))
+    assert not needs_launch(SftStep(dataset=DATA, devices=1), ctx_for(cuda4, tmp_path))
+    plan = plan_launch(cfg, ctx_for(cuda4, tmp_path))
+    assert plan.world_size == 1 and plan.env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
 def test_recipe_level_devices_count_too(cuda4, tmp_path):
     plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="0,1,2"))
     assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
