@@ -14,17 +14,22 @@ from typing import Optional
 
 from swiftbox.errors import Unsupported, UserError
 
-CONFIG_DIR = Path(__file__).parent / "configs" / "deepspeed"
+# flat under configs/ so the package-data glob `configs/*` ships them in the wheel
+CONFIG_DIR = Path(__file__).parent / "configs"
 PRESETS = ("zero2", "zero3", "zero3_offload")
 INSTALL_HINT = "pip install 'swiftbox[deepspeed]'"
 # QLoRA under ZeRO-3 needs bnb_4bit_quant_storage (bitsandbytes 0.43) and the matching loaders
 QLORA_ZERO3_FLOORS = {"bitsandbytes": "0.43.0", "transformers": "4.39.0", "peft": "0.10.0", "accelerate": "0.28.0"}
 
 
+def preset_path(name: str) -> Path:
+    return CONFIG_DIR / f"deepspeed_{name}.json"
+
+
 def deepspeed_config_path(value: str) -> Path:
     """A preset name -> the bundled json; else the user's path, which must hold a JSON object."""
     if value in PRESETS:
-        return CONFIG_DIR / f"{value}.json"
+        return preset_path(value)
     path = Path(value).expanduser()
     if not path.is_file():
         raise UserError(f"deepspeed: {value} is neither a preset ({', '.join(PRESETS)}) nor an existing json file")

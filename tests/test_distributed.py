@@ -18,7 +18,7 @@ import pytest
 from swiftbox import distributed
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
 from swiftbox.distributed import failure_error, maybe_relaunch, plan_launch
-from swiftbox.distributed_args import CONFIG_DIR, PRESETS, check_distributed, training_arguments_extra
+from swiftbox.distributed_args import PRESETS, check_distributed, preset_path, training_arguments_extra
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.runner import StepContext, run_recipe
 from swiftbox.steps import SftStep
@@ -140,10 +140,10 @@ def test_swiftbox_under_a_foreign_torchrun_is_refused(tmp_path, monkeypatch):
 # -- DeepSpeed configs and refusals -------------------------------------------------------------
 def test_bundled_deepspeed_configs_are_auto():
     for name in PRESETS:
-        data = json.loads((CONFIG_DIR / f"{name}.json").read_text())
+        data = json.loads((preset_path(name)).read_text())
         assert data["train_micro_batch_size_per_gpu"] == "auto" and data["gradient_accumulation_steps"] == "auto"
         assert data["zero_optimization"]["stage"] == (2 if name == "zero2" else 3)
-    offload = json.loads((CONFIG_DIR / "zero3_offload.json").read_text())["zero_optimization"]
+    offload = json.loads((preset_path("zero3_offload")).read_text())["zero_optimization"]
     assert offload["offload_param"]["device"] == "cpu" and offload["offload_optimizer"]["device"] == "cpu"
 
 
@@ -159,7 +159,7 @@ def deepspeed_installed(monkeypatch):
 def test_deepspeed_preset_goes_to_training_arguments(cuda4, deepspeed_installed, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     extra = training_arguments_extra(SftStep(dataset=DATA, devices=4, deepspeed="zero3"), cuda4)
-    assert extra["ddp_backend"] == "nccl" and Path(extra["deepspeed"]) == CONFIG_DIR / "zero3.json"
+    assert extra["ddp_backend"] == "nccl" and Path(extra["deepspeed"]) == preset_path("zero3")
 
 
 def test_deepspeed_user_json(cuda4, deepspeed_installed, tmp_path):
