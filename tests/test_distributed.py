@@ -279,7 +279,7 @@ def test_two_process_relaunch_end_to_end(standin, tmp_path, capfd):
     assert dist["command"] in printed
 
 
-@pytest.mark.parametrize("kind,cls", [("crash", SwiftboxError), ("user", UserError)])
+@pytest.mark.parametrize("kind,cls", [("crash", SwiftboxError), pytest.param("user", UserError, marks=pytest.mark.slow)])
 def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkeypatch, kind, cls):
     monkeypatch.setenv("STANDIN_FAIL_RANK", "1")
     monkeypatch.setenv("STANDIN_FAIL_KIND", kind)
@@ -303,6 +303,44 @@ def test_user_env_is_respected(npu8, tmp_path, monkeypatch):
     assert plan.env["HCCL_CONNECT_TIMEOUT"] == "3600" and plan.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
     with pytest.raises(UserError, match="makes only 4 visible"):
         plan_launch(SftStep(dataset=DATA, devices=6), ctx_for(npu8, tmp_path))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_nodes_meet_through_the_static_rendezvous(standin, tmp_path):
+    """Two 'nodes' on this machine, one process each: the multi-node flags really rendezvous."""
+    import threading
+
+    port, results = free_port(), {}
+
+    def node(rank):
+        step = {"dataset": DATA, "devices": 1, "nnodes": 2, "node_rank": rank, "master_port": port}
+        try:
+            results[rank] = run_recipe({"name": "d", "model": "toy", "steps": [{"sft": step}]},
+                                       runs_root=tmp_path / f"node{rank}")
+        except BaseException as exc:  # reported below
+            results[rank] = exc
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert all(isinstance(results.get(r), dict) for r in (0, 1)), results
+    main = json.loads((tmp_path / "node0" / "d" / "sft" / "swiftbox.json").read_text())
+    assert main["metrics"] == {"allreduce_sum": 3.0, "world_size": 2}
+    assert json.loads((tmp_path / "node0" / "d" / "sft" / "standin.json").read_text())["world_size"] == 2
+    other = json.loads((tmp_path / "node1" / "d" / "sft" / "swiftbox.json").read_text())
+    assert other["distributed"]["node_rank"] == 1 and "node 0" in other["distributed"]["note"]
+    assert not (tmp_path / "node1" / "d" / "sft" / "standin.json").exists()
+    command = main["distributed"]["command"]
+    assert f"--nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port {port}" in command
 
 
 # -- the real thing: LoRA SFT on toy, 2 gloo processes vs 1 ---------------------------------------
