@@ -327,5 +327,5 @@ def _error_for(code: int) -> type:
     return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
 
 
-__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "plan_launch", "rank",
+__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch", "rank",
            "requested_processes", "torchrun_argv", "world_size", "failure_error"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
