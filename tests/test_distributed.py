@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +70,41 @@ def test_npu_plan_two_nodes_of_eight(npu8, tmp_path, devices):
     line = plan.command_line()
     assert "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in line and "HCCL_CONNECT_TIMEOUT=" in line
     assert shlex.split(line)[-len(argv):] == argv  # the printed line is exactly what runs
+
+
+NPU_SIM_PLAN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.npu_sim import install_fake_npu
+install_fake_npu("Ascend910B2", 8)
+from swiftbox.device import current_platform
+from swiftbox.distributed import plan_launch
+from swiftbox.runner import StepContext
+from swiftbox.steps import SftStep
+ctx = StepContext(recipe="r", kind="sft", index=0, input="toy", work_dir=Path("w"), output=Path("o"),
+                  platform=current_platform())
+cfg = SftStep(dataset="d.jsonl", devices=8, nnodes=2, node_rank=0, master_addr="10.0.0.1", master_port=29500)
+plan = plan_launch(cfg, ctx)
+print(json.dumps({"argv": plan.argv, "env": plan.env, "backend": plan.backend, "world": plan.world_size}))
+"""
+
+
+def test_npu_plan_under_the_simulated_torch_npu(tmp_path):
+    """Detection through a fake torch_npu (8 x 910B2), not a monkeypatched class: the plan still holds."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "SWIFTBOX_DEVICE"}
+    res = subprocess.run([sys.executable, "-c", NPU_SIM_PLAN, str(ROOT)], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout.strip().splitlines()[-1])
+    assert plan["backend"] == "hccl" and plan["world"] == 16
+    assert plan["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and plan["env"]["SWIFTBOX_DEVICE"] == "npu"
+    assert "HCCL_CONNECT_TIMEOUT" in plan["env"]
+    argv = plan["argv"]
+    assert (flag(argv, "--nnodes"), flag(argv, "--node-rank"), flag(argv, "--nproc-per-node")) == ("2", "0", "8")
+    assert (flag(argv, "--master-addr"), flag(argv, "--master-port")) == ("10.0.0.1", "29500")
 
 
 def test_npu_training_arguments_use_hccl(npu8, monkeypatch):
