@@ -225,6 +225,9 @@ def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 
             "set master_addr to node 0's address")
     log(f"swiftbox: {ctx.kind} on {plan.world_size} processes ({plan.nnodes} node(s) x {plan.nproc_per_node}, "
         f"{plan.backend}); node {plan.node_rank} runs:\n  {plan.command_line()}")
+    if plan.nnodes > 1:
+        log(f"swiftbox: every other node runs the same step with its node_rank (0..{plan.nnodes - 1}), or this "
+            "command with its own --node-rank and a copy of launch.json")
     started = time.time()
     returncode, tail = run_and_tee(plan.argv, {**os.environ, **plan.env})
     seconds = round(time.time() - started, 3)
