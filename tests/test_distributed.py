@@ -405,11 +405,7 @@ def answers_accuracy(adapter: Path, rows: int = 100) -> float:
     return sum(right) / len(right)
 
 
-@pytest.mark.slow
-def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd):
-    pytest.importorskip("swiftbox.pipelines.sft")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun gives each worker: compare like with like
+def two_runs(tmp_path) -> dict:
     runs = {}
     for name, settings in {"one": {"batch_size": 8}, "two": {"batch_size": 4, "devices": 2}}.items():
         started = time.time()
@@ -417,6 +413,22 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
                              runs_root=tmp_path)  # same global batch (8), same data, same steps
         runs[name] = {"seconds": time.time() - started, "metrics": summary["steps"][0]["metrics"],
                       "out": Path(summary["steps"][0]["output"])}
+    return runs
+
+
+@pytest.mark.slow
+def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("swiftbox.pipelines.sft")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun gives each worker: compare like with like,
+    threads = torch.get_num_threads()          # so the in-process single run gets one thread too
+    torch.set_num_threads(1)
+    try:
+        runs = two_runs(tmp_path)
+    finally:
+        torch.set_num_threads(threads)
     one, two = runs["one"], runs["two"]
     manifest = json.loads((two["out"] / "swiftbox.json").read_text())
     assert manifest["metrics"]["world_size"] == 2 and manifest["distributed"]["world_size"] == 2
@@ -426,7 +438,7 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
     assert two["metrics"]["steps"] == one["metrics"]["steps"]
     assert two["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=0.1)
     acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
-    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s acc {acc_one:.2f} | "
-          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s acc {acc_two:.2f}")
+    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss {one['metrics']['train_loss']} acc {acc_one:.2f} | "
+          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss {two['metrics']['train_loss']} acc {acc_two:.2f}")
     assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
     assert acc_two >= acc_one - 0.1
