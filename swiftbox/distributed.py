@@ -293,37 +293,50 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
 # -- failures ---------------------------------------------------------------------------------
 WORKER_MARK = "swiftbox worker failed:"
 _ROOT_RE = re.compile(r"Root Cause \(first observed failure\):(?P<body>.*)", re.S)
-_RANK_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
-_EXIT_RE = re.compile(r"exitcode\s*:\s*(-?\d+)")
-_HOST_RE = re.compile(r"host\s*:\s*(\S+)")
-_MARK_RE = re.compile(re.escape(WORKER_MARK) + r" rank (\d+) exit (\d+): (.*)")
+_BLOCK_RE = re.compile(r"host\s*:\s*(?P<host>\S+)\s+rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"
+                       r"\s+exitcode\s*:\s*(?P<code>-?\d+)")
+_MARK_RE = re.compile(re.escape(WORKER_MARK) + r" rank (\d+) exit (\d+) at ([\d.]+): (.*)")
+
+
+def worker_mark(rank_: int, code: int, when: float, message: str) -> str:
+    """The last line a failing worker prints; `when` is when it failed, so the launcher can tell the
+    first failure from the ranks that failed because of it (e.g. gloo 'Connection closed by peer')."""
+    return f"{WORKER_MARK} rank {rank_} exit {code} at {when:.6f}: {message}"
 
 
 def failure_error(returncode: int, tail: list[str], plan: Optional[LaunchPlan] = None) -> SwiftboxError:
-    """One-line error naming the failed rank, from torchrun's root-cause report and the workers' last words.
+    """One-line error naming the rank that failed first.
 
-    The class follows the failed rank's exit code: 2 (bad input) -> UserError, 3 -> Unsupported, else 1.
+    torchrun's report says which ranks failed, where and with what exit code; the workers' own last words
+    (timestamped) say which failed first and why - torchrun's "first observed" can name a rank that only
+    failed because another one died. A rank killed by a signal leaves no last words; torchrun names it.
+    The class follows that rank's exit code: 2 (bad input) -> UserError, 3 -> Unsupported, else 1.
     """
     text = "\n".join(tail)
-    marks = {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in map(_MARK_RE.search, tail) if m}
+    marks = {}
+    for m in filter(None, map(_MARK_RE.search, tail)):
+        marks[int(m.group(1))] = (float(m.group(3)), int(m.group(2)), m.group(4))
+    blocks = {int(b["rank"]): (int(b["local"]), b["host"], int(b["code"])) for b in _BLOCK_RE.finditer(text)}
     root = _ROOT_RE.search(text)
-    if root:
-        body = root.group("body")
-        rk, lr = map(int, _RANK_RE.search(body).groups()) if _RANK_RE.search(body) else (None, None)
-        code = int(_EXIT_RE.search(body).group(1)) if _EXIT_RE.search(body) else returncode
-        host = _HOST_RE.search(body).group(1) if _HOST_RE.search(body) else "?"
-        _, why = marks.get(rk, (code, None))
-        if why is None:
-            why = (f"killed by signal {-code}" if code < 0 else f"exit code {code}") + " (see its log above)"
-        where = f"rank {rk} (local_rank {lr} on {host})" if rk is not None else "a worker"
-        msg = f"distributed run failed: {where}: {why}"
-        return _error_for(code)(msg)
-    if marks:
-        rk, (code, why) = min(marks.items())
-        return _error_for(code)(f"distributed run failed: rank {rk}: {why}")
-    last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
-    where = f" on node {plan.node_rank}" if plan else ""
-    return SwiftboxError(f"torchrun failed{where} (exit {returncode}) before any rank reported: {last}")
+    root_block = _BLOCK_RE.search(root.group("body")) if root else None
+    chosen = None
+    if root_block is not None:
+        rk, code = int(root_block["rank"]), int(root_block["code"])
+        if (rk not in marks and code < 0) or not marks:  # killed (OOM, signal): no last words to compare
+            why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            chosen = (rk, code, why + " (see its log above)")
+    if chosen is None and marks:
+        rk, (_, code, why) = min(marks.items(), key=lambda kv: kv[1][0])
+        chosen = (rk, code, why)
+    if chosen is None:
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+        where = f" on node {plan.node_rank}" if plan else ""
+        return SwiftboxError(f"torchrun failed{where} (exit {returncode}) before any rank reported: {last}")
+    rk, code, why = chosen
+    where = f"rank {rk}"
+    if rk in blocks:
+        where += f" (local_rank {blocks[rk][0]} on {blocks[rk][1]})"
+    return _error_for(code)(f"distributed run failed: {where}: {why}")
 
 
 def _error_for(code: int) -> type:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -68,13 +69,14 @@ def main(argv: list[str]) -> int:
         distributed._WORKER_SPEC = spec
         run_spec(spec)
     except BaseException as exc:
+        failed_at = time.time()
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
         code = getattr(exc, "exit_code", None) or (exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1)
         if not isinstance(exc, SwiftboxError):
             traceback.print_exc()
         message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        print(f"{distributed.WORKER_MARK} rank {distributed.rank()} exit {code}: {message}", file=sys.stderr, flush=True)
+        print(distributed.worker_mark(distributed.rank(), code, failed_at, message), file=sys.stderr, flush=True)
         return code  # no teardown: the other ranks may be waiting on us; torchrun stops them
     _shutdown()
     return 0

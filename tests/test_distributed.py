@@ -258,32 +258,34 @@ def test_cli_refuses_node_rank_beyond_nnodes(cli):
 
 
 # -- failure reports -----------------------------------------------------------------------------
-TORCHRUN_TAIL = """\
-swiftbox worker failed: rank 3 exit 2: UserError: dataset: row 7 has no messages
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-swiftbox.distributed_worker FAILED
-------------------------------------------------------------
-Failures:
-  <NO_OTHER_FAILURES>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
+def torchrun_report(root_rank: int, root_code: int, other=(1, 1, 1)) -> list[str]:
+    """The tail of torchrun's ChildFailedError report, as torch 2.x prints it."""
+    block = """[{i}]:
   time      : 2026-11-21_05:00:00
   host      : node-b
-  rank      : 3 (local_rank: 1)
-  exitcode  : 2 (pid: 4242)
+  rank      : {rank} (local_rank: {local})
+  exitcode  : {code} (pid: 4242)
   error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-============================================================"""
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"""
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 +
+            "\nswiftbox.distributed_worker FAILED\n" + "-" * 60 + "\nFailures:\n" +
+            block.format(i=1, rank=other[0], local=other[1], code=other[2]) + "\n" + "-" * 60 +
+            "\nRoot Cause (first observed failure):\n" +
+            block.format(i=0, rank=root_rank, local=root_rank % 2, code=root_code) + "\n" + "=" * 60)
+    return text.splitlines()
 
 
-def test_failure_report_keeps_the_ranks_exit_class():
-    err = failure_error(1, TORCHRUN_TAIL.splitlines())
+def test_failure_report_names_the_first_rank_to_fail_and_keeps_its_exit_class():
+    marks = [distributed.worker_mark(3, 2, 100.5, "UserError: dataset: row 7 has no messages"),
+             distributed.worker_mark(2, 1, 101.0, "RuntimeError: Connection closed by peer [10.0.0.2]:5000")]
+    # torchrun "first observed" rank 2 (both died within its poll); the worker marks say rank 3 failed first
+    err = failure_error(1, marks + torchrun_report(root_rank=2, root_code=1, other=(3, 1, 2)))
     assert isinstance(err, UserError) and err.exit_code == 2
     assert str(err) == "distributed run failed: rank 3 (local_rank 1 on node-b): UserError: dataset: row 7 has no messages"
-    killed = TORCHRUN_TAIL.replace("exitcode  : 2", "exitcode  : -9").splitlines()[1:]
-    assert "rank 3" in str(failure_error(1, killed)) and "signal 9" in str(failure_error(1, killed))
+    killed = failure_error(1, marks[1:] + torchrun_report(root_rank=3, root_code=-9, other=(2, 0, 1)))
+    assert type(killed) is SwiftboxError and str(killed).startswith("distributed run failed: rank 3 (local_rank 1 on node-b): killed by signal 9")
+    silent = failure_error(1, torchrun_report(root_rank=1, root_code=7, other=(0, 0, -15)))
+    assert "rank 1 (local_rank 1 on node-b): exit code 7" in str(silent)
     early = failure_error(1, ["RuntimeError: The server socket has failed to listen on any local network address."])
     assert type(early) is SwiftboxError and "before any rank reported" in str(early)
 
