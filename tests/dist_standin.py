@@ -2,7 +2,7 @@
 is one real gloo all_reduce across the ranks. Workers import it as `tests.dist_standin`.
 
 STANDIN_FAIL_RANK=N makes rank N raise after the all_reduce, while the others wait in a barrier.
-STANDIN_FAIL_KIND=user makes that failure a UserError (exit 2) instead of a RuntimeError.
+STANDIN_FAIL_KIND=user makes that failure a UserError (exit 2), =kill a SIGKILL, else a RuntimeError.
 """
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def run(cfg, ctx):
     total = torch.tensor([float(rank() + 1)])
     dist.all_reduce(total)
     if os.environ.get("STANDIN_FAIL_RANK") == str(rank()):
+        if os.environ.get("STANDIN_FAIL_KIND") == "kill":  # like the OOM killer: no last words
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         if os.environ.get("STANDIN_FAIL_KIND") == "user":
             raise UserError(f"dataset: bad row seen on rank {rank()}")
         raise RuntimeError(f"simulated crash on rank {rank()}")

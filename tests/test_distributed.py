@@ -317,7 +317,8 @@ def test_two_process_relaunch_end_to_end(standin, tmp_path, capfd):
     assert dist["command"] in printed
 
 
-@pytest.mark.parametrize("kind,cls", [("crash", SwiftboxError), pytest.param("user", UserError, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind,cls", [("crash", SwiftboxError), pytest.param("user", UserError, marks=pytest.mark.slow),
+                                      pytest.param("kill", SwiftboxError, marks=pytest.mark.slow)])
 def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkeypatch, kind, cls):
     monkeypatch.setenv("STANDIN_FAIL_RANK", "1")
     monkeypatch.setenv("STANDIN_FAIL_KIND", kind)
@@ -328,7 +329,8 @@ def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkey
     assert type(err.value) is cls and time.time() - started < 120  # rank 0 was stopped, not left waiting
     message = str(err.value)
     assert message.startswith("distributed run failed: rank 1 (local_rank 1") and "\n" not in message
-    assert ("simulated crash on rank 1" if kind == "crash" else "bad row seen on rank 1") in message
+    assert {"crash": "simulated crash on rank 1", "user": "bad row seen on rank 1",
+            "kill": "killed by signal 9"}[kind] in message
     assert not (tmp_path / "d" / "sft").exists()  # nothing committed
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
     assert summary["steps"][0]["ok"] is False and "rank 1" in summary["steps"][0]["error"]
