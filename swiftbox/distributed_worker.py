@@ -16,8 +16,6 @@ import time
 import traceback
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
 from swiftbox import distributed
 from swiftbox.errors import SwiftboxError
 
@@ -61,7 +59,6 @@ def run_spec(spec: dict):
     return result
 
 
-@record
 def main(argv: list[str]) -> int:
     spec_path = argv[0] if argv else ""
     try:
