@@ -7,33 +7,341 @@ Contract used by the sft/dpo pipelines, at the very top of their `run(cfg, ctx)`
     if result is not None:        # this process was the launcher; the workers did the work
         return result
 
-and `is_main_process()` decides who writes artifacts (only rank 0).
+and `is_main_process()` decides who writes artifacts (only global rank 0). The launcher writes a
+spec (step kind, validated config, input, work dir) to `<work_dir>/launch.json` and runs
+
+    torchrun --nnodes N --node-rank R --nproc-per-node P --master-addr A --master-port PORT \
+             -m swiftbox.distributed_worker <work_dir>/launch.json
+
+with the platform's child env (visible devices, HCCL_CONNECT_TIMEOUT, SWIFTBOX_DEVICE). Every worker
+rebuilds cfg/ctx and calls the same pipeline `run()`; there `maybe_relaunch` returns None because
+torchrun set WORLD_SIZE. Rank 0 hands its StepResult back through a file in the work dir, and the
+launcher's runner writes the manifest and commits the work dir as usual. Nothing here speaks any
+protocol of its own: rendezvous, process groups and failure handling are torchrun's.
 """
 from __future__ import annotations
 
+import collections
+import json
 import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
-from swiftbox.errors import NotBuilt
+from swiftbox.errors import SwiftboxError, Unsupported, UserError
+
+SPEC_FILE = "launch.json"
+RESULT_FILE = ".launch-result.json"
+_WORKER_SPEC: Optional[dict] = None  # set by swiftbox.distributed_worker inside a torchrun worker
 
 
 def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
+    """True on global rank 0 (and in a single process): the only one that writes artifacts."""
+    return rank() == 0
+
+
+# -- the launch plan --------------------------------------------------------------------------
+@dataclass
+class LaunchPlan:
+    """What the launcher runs: the torchrun argv and the env it adds for the workers."""
+
+    argv: list[str]
+    env: dict[str, str]
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    backend: str
+    devices: Optional[list[int]] = None
+    spec_path: Optional[Path] = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def command_line(self) -> str:
+        """The exact command as a shell line (env first), to rerun by hand on this node."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+    def summary(self) -> dict:
+        return {"world_size": self.world_size, "nnodes": self.nnodes, "node_rank": self.node_rank,
+                "nproc_per_node": self.nproc_per_node, "backend": self.backend,
+                "devices": self.devices, "command": self.command_line(), **self.info}
 
 
 def requested_processes(cfg, ctx) -> int:
+    return _processes_per_node(cfg, ctx)[0] * max(1, getattr(cfg, "nnodes", 1))
+
+
+def _processes_per_node(cfg, ctx) -> tuple[int, Optional[list[int]]]:
     from swiftbox.device import normalise_devices
 
-    devices = getattr(cfg, "devices", None) or ctx.header_devices
-    ids = normalise_devices(devices)
-    return (len(ids) if ids else 1) * max(1, getattr(cfg, "nnodes", 1))
+    ids = normalise_devices(_devices_value(cfg, ctx))
+    return (len(ids) if ids else 1), ids
 
 
-def maybe_relaunch(cfg, ctx):
-    """None when this process should train (single process, or already a torchrun worker)."""
-    if world_size() > 1 or requested_processes(cfg, ctx) <= 1:
+def needs_launch(cfg, ctx) -> bool:
+    """More than one process, or one process on a device other than the first (e.g. devices: '3,'):
+    a device is picked through the visible-devices env, which only a fresh process can get."""
+    if requested_processes(cfg, ctx) > 1:
+        return True
+    ids = _processes_per_node(cfg, ctx)[1]
+    return bool(ctx.platform.visible_devices_env and ids and ids != [0])
+
+
+def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = None) -> list[str]:
+    """`python -m torch.distributed.run` (= torchrun, same interpreter) with the rendezvous flags.
+
+    One node with the default port uses `--standalone` (torchrun picks a free port, so two runs on one
+    machine never collide); otherwise the static rendezvous every node joins: node 0 at master_addr:port.
+    """
+    argv = [python or sys.executable, "-m", "torch.distributed.run"]
+    if cfg.nnodes == 1 and "master_port" not in cfg.model_fields_set:
+        argv += ["--standalone", "--nnodes", "1"]
+    else:
+        argv += ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
+                 "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port)]
+    argv += ["--nproc-per-node", str(nproc), "--max-restarts", "0",
+             "-m", "swiftbox.distributed_worker", str(spec_path)]
+    return argv
+
+
+def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
+    """Check the request against the platform and build the torchrun command and worker env."""
+    from swiftbox.distributed_args import check_distributed
+
+    platform = ctx.platform
+    check_distributed(cfg, platform)
+    nproc, ids = _processes_per_node(cfg, ctx)
+    ids = _device_ids(platform, _devices_value(cfg, ctx), nproc, ids)
+    spec_path = spec_path or Path(ctx.work_dir) / SPEC_FILE
+    env = platform.env_for(ids)
+    for key in platform.default_env:  # the user's own HCCL_CONNECT_TIMEOUT etc. win over our defaults
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    env["PYTHONPATH"] = _pythonpath()
+    return LaunchPlan(argv=torchrun_argv(cfg, nproc, spec_path), env=env, nproc_per_node=nproc,
+                      nnodes=cfg.nnodes, node_rank=cfg.node_rank, backend=platform.dist_backend,
+                      devices=ids, spec_path=spec_path)
+
+
+def _devices_value(cfg, ctx):
+    """The step's devices, else the recipe's; '4' means a count here too (as on the CLI)."""
+    from swiftbox.steps import parse_devices
+
+    value = getattr(cfg, "devices", None)
+    if value is None:
+        try:
+            value = parse_devices(ctx.header_devices)
+        except ValueError as exc:
+            raise UserError(f"devices: {exc}") from None
+    return value
+
+
+def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Optional[list[int]]:
+    """The physical ids the workers see. A count under a user's own CUDA_/ASCEND_RT_VISIBLE_DEVICES takes
+    the first N of those; explicit ids are checked against the devices this machine has."""
+    var = platform.visible_devices_env
+    if not var or ids is None:
+        return ids
+    mine = [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
+    if isinstance(value, int) and mine:
+        if nproc > len(mine):
+            raise UserError(f"devices: {nproc} requested but {var}={os.environ[var]} makes only {len(mine)} visible")
+        return [int(p) for p in mine[:nproc]] if all(p.isdigit() for p in mine) else ids
+    count = None if mine else _device_count(platform)
+    missing = [i for i in ids if count is not None and i >= count]
+    if missing:
+        raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
+                        f"({count} visible: ids 0..{count - 1})")
+    return ids
+
+
+def _device_count(platform) -> Optional[int]:
+    try:
+        return int(platform.device_count())
+    except Exception:
         return None
-    raise NotBuilt("multi-device training (devices > 1) is not implemented yet")
+
+
+def _pythonpath() -> str:
+    """Workers import this same swiftbox, whether installed or run from a checkout."""
+    root = str(Path(__file__).resolve().parent.parent)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return os.pathsep.join([root, *parts])
+
+
+# -- the seam ---------------------------------------------------------------------------------
+def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
+    """None when this process should train (one process, or already a torchrun worker).
+
+    Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
+    recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
+    """
+    from swiftbox.distributed_args import check_distributed
+
+    check_distributed(cfg, ctx.platform)  # refusals first, even for one process (deepspeed on cpu, ...)
+    if _WORKER_SPEC is not None:
+        return None
+    if world_size() > 1:
+        raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
+                        "instead - swiftbox runs torchrun itself and prints the command")
+    if not needs_launch(cfg, ctx):
+        return None
+    return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
+
+
+def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 - runner imports us lazily
+    from swiftbox.runner import StepResult
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan = plan_launch(cfg, ctx)
+    _prefetch_model(ctx.input)
+    work = Path(ctx.work_dir)
+    result_path = work / RESULT_FILE
+    result_path.unlink(missing_ok=True)
+    write_spec(plan.spec_path, cfg, ctx, pipeline=pipeline)
+    if cfg.nnodes > 1 and cfg.master_addr in ("127.0.0.1", "localhost"):
+        log(f"swiftbox: note: nnodes={cfg.nnodes} with master_addr {cfg.master_addr}: other machines cannot reach it; "
+            "set master_addr to node 0's address")
+    log(f"swiftbox: {ctx.kind} on {plan.world_size} processes ({plan.nnodes} node(s) x {plan.nproc_per_node}, "
+        f"{plan.backend}); node {plan.node_rank} runs:\n  {plan.command_line()}")
+    if plan.nnodes > 1:
+        log(f"swiftbox: every other node runs the same step with its node_rank (0..{plan.nnodes - 1}), or this "
+            "command with its own --node-rank and a copy of launch.json")
+    started = time.time()
+    returncode, tail = run_and_tee(plan.argv, {**os.environ, **plan.env})
+    seconds = round(time.time() - started, 3)
+    if returncode != 0:
+        raise failure_error(returncode, tail, plan)
+    summary = {**plan.summary(), "seconds": seconds}
+    if not result_path.is_file():
+        if plan.node_rank != 0:
+            return StepResult(metrics={"world_size": plan.world_size},
+                              info={"distributed": {**summary, "note": "node 0 (global rank 0) writes the artifacts"}})
+        raise SwiftboxError(f"torchrun finished but rank 0 left no result in {result_path}; see the log above")
+    data = json.loads(result_path.read_text())
+    result_path.unlink()
+    metrics = {**data.get("metrics", {}), "world_size": plan.world_size}
+    return StepResult(metrics=metrics, info={**data.get("info", {}), "distributed": summary})
+
+
+def _prefetch_model(ref: Optional[str]) -> None:
+    """Resolve (download) the input model once here, not once per rank at the same time."""
+    if ref:
+        from swiftbox.hub import resolve_model
+
+        resolve_model(ref)
+
+
+def write_spec(path: Path, cfg, ctx, *, pipeline: str) -> None:
+    from swiftbox.artifacts import write_json_atomic
+
+    write_json_atomic(path, {
+        "swiftbox_launch": 1, "kind": ctx.kind, "pipeline": pipeline, "config": cfg.model_dump(mode="json"),
+        "fields_set": sorted(cfg.model_fields_set), "recipe": ctx.recipe, "index": ctx.index,
+        "input": ctx.input, "work_dir": str(Path(ctx.work_dir).resolve()), "output": str(Path(ctx.output).resolve()),
+        "device": ctx.platform.name, "header_devices": ctx.header_devices,
+    })
+
+
+def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[str]]:
+    """Run argv, echo its output to our stderr as it comes, and keep the last `keep` lines."""
+    tail: collections.deque = collections.deque(maxlen=keep)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1)
+
+    def pump():
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            tail.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        returncode = proc.wait()
+    except BaseException:  # Ctrl-C: torchrun got the signal too; give it time to stop its workers
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    reader.join(timeout=10)
+    return returncode, list(tail)
+
+
+# -- failures ---------------------------------------------------------------------------------
+WORKER_MARK = "swiftbox worker failed:"
+_ROOT_RE = re.compile(r"Root Cause \(first observed failure\):(?P<body>.*)", re.S)
+_BLOCK_RE = re.compile(r"host\s*:\s*(?P<host>\S+)\s+rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"
+                       r"\s+exitcode\s*:\s*(?P<code>-?\d+)")
+_MARK_RE = re.compile(re.escape(WORKER_MARK) + r" rank (\d+) exit (\d+) at ([\d.]+): (.*)")
+
+
+def worker_mark(rank_: int, code: int, when: float, message: str) -> str:
+    """The last line a failing worker prints; `when` is when it failed, so the launcher can tell the
+    first failure from the ranks that failed because of it (e.g. gloo 'Connection closed by peer')."""
+    return f"{WORKER_MARK} rank {rank_} exit {code} at {when:.6f}: {message}"
+
+
+def failure_error(returncode: int, tail: list[str], plan: Optional[LaunchPlan] = None) -> SwiftboxError:
+    """One-line error naming the rank that failed first.
+
+    torchrun's report says which ranks failed, where and with what exit code; the workers' own last words
+    (timestamped) say which failed first and why - torchrun's "first observed" can name a rank that only
+    failed because another one died. A rank killed by a signal leaves no last words; torchrun names it.
+    The class follows that rank's exit code: 2 (bad input) -> UserError, 3 -> Unsupported, else 1.
+    """
+    text = "\n".join(tail)
+    marks = {}
+    for m in filter(None, map(_MARK_RE.search, tail)):
+        marks[int(m.group(1))] = (float(m.group(3)), int(m.group(2)), m.group(4))
+    blocks = {int(b["rank"]): (int(b["local"]), b["host"], int(b["code"])) for b in _BLOCK_RE.finditer(text)}
+    root = _ROOT_RE.search(text)
+    root_block = _BLOCK_RE.search(root.group("body")) if root else None
+    chosen = None
+    if root_block is not None:
+        rk, code = int(root_block["rank"]), int(root_block["code"])
+        if (rk not in marks and code < 0) or not marks:  # killed (OOM, signal): no last words to compare
+            why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            chosen = (rk, code, why + " (see its log above)")
+    if chosen is None and marks:
+        rk, (_, code, why) = min(marks.items(), key=lambda kv: kv[1][0])
+        chosen = (rk, code, why)
+    if chosen is None:
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "no output")
+        where = f" on node {plan.node_rank}" if plan else ""
+        return SwiftboxError(f"torchrun failed{where} (exit {returncode}) before any rank reported: {last}")
+    rk, code, why = chosen
+    where = f"rank {rk}"
+    if rk in blocks:
+        where += f" (local_rank {blocks[rk][0]} on {blocks[rk][1]})"
+    return _error_for(code)(f"distributed run failed: {where}: {why}")
+
+
+def _error_for(code: int) -> type:
+    return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
+
+
+__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch", "rank",
+           "requested_processes", "torchrun_argv", "world_size", "failure_error"]

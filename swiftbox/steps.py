@@ -50,14 +50,50 @@ class TrainBase(StepBase):
     save_steps: int = Field(50, ge=1, description="checkpoint every N steps")
     logging_steps: int = Field(5, ge=1)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
-    # distributed (issue: beyond one device)
-    devices: Optional[Union[int, str]] = Field(None, description="'0,1,2,3' or a count; >1 relaunches under torchrun")
-    nnodes: int = Field(1, ge=1)
-    node_rank: int = Field(0, ge=0)
-    master_addr: str = "127.0.0.1"
-    master_port: int = Field(29500, ge=1, le=65535)
+    # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
+    devices: Optional[Union[int, str]] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3'; one id: '3,'); >1 relaunches under torchrun")
+    nnodes: int = Field(1, ge=1, description="machines taking part; run the same step on each with its node_rank")
+    node_rank: int = Field(0, ge=0, description="this machine's index, 0..nnodes-1 (0 writes the artifacts)")
+    master_addr: str = Field("127.0.0.1", description="address of node 0, reachable from every node")
+    master_port: int = Field(29500, ge=1, le=65535, description="free TCP port on node 0 for the rendezvous")
     deepspeed: Optional[str] = Field(None, description="zero2 | zero3 | zero3_offload | path to a DeepSpeed json")
-    fsdp: Optional[str] = Field(None, description="FSDP policy string passed to transformers")
+    fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, value):
+        return parse_devices(value)
+
+    @field_validator("deepspeed")
+    @classmethod
+    def _deepspeed(cls, value):
+        if value is not None and value not in DEEPSPEED_PRESETS and not value.endswith(".json"):
+            raise ValueError(f"expected one of {', '.join(DEEPSPEED_PRESETS)} or a path to a .json config")
+        return value
+
+    @field_validator("fsdp")
+    @classmethod
+    def _fsdp(cls, value):
+        if value is not None:
+            bad = [w for w in value.split() if w not in FSDP_OPTIONS]
+            if bad or not value.split():
+                raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from {', '.join(FSDP_OPTIONS)}")
+        return value
+
+    @field_validator("node_rank")
+    @classmethod
+    def _node_rank(cls, value, info):
+        nnodes = info.data.get("nnodes", 1)
+        if value >= nnodes:
+            raise ValueError(f"{value} is not below nnodes ({nnodes}); node ranks are 0..nnodes-1")
+        return value
+
+    @field_validator("fsdp")
+    @classmethod
+    def _one_sharding_engine(cls, value, info):
+        if value is not None and info.data.get("deepspeed"):
+            raise ValueError("deepspeed and fsdp are both set; pick one sharding engine")
+        return value
 
 
 class SftStep(TrainBase):
@@ -146,6 +182,39 @@ class ChatStep(StepBase):
     @classmethod
     def _pairs(cls, value):
         return _parse_pairs(value)
+
+
+DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
+# transformers' FSDPOption values
+FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
+
+
+def parse_devices(value):
+    """Training `devices`: 4 or '4' is a count; '0,1,2,3' (or '3,' for one id) lists ids. Keeps the input's
+    form (int count or id string) after checking it, so manifests show what the user wrote."""
+    if value is None or isinstance(value, bool):
+        if isinstance(value, bool):
+            raise ValueError("expected a device count or ids like '0,1'")
+        return value
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"expected a device count of at least 1, got {value}")
+        return value
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("", "auto"):
+            return None
+        if text.isdigit():
+            return parse_devices(int(text))
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise ValueError(f"expected a device count (4) or comma-separated ids ('0,1'), got {value!r}")
+        if len(set(parts)) != len(parts):
+            raise ValueError(f"device ids repeat in {value!r}")
+        return ",".join(parts) + ("," if len(parts) == 1 else "")
+    raise ValueError(f"expected a device count or ids like '0,1', got {type(value).__name__}")
 
 
 def _parse_pairs(value):

@@ -1,0 +1,94 @@
+"""One torchrun worker: `python -m swiftbox.distributed_worker <work_dir>/launch.json`.
+
+torchrun starts this once per rank with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR set. It rebuilds the
+step's config and context from the spec the launcher wrote, then calls the pipeline's own `run()`,
+where `maybe_relaunch` returns None (WORLD_SIZE > 1) and training proceeds under accelerate /
+transformers' distributed support. Rank 0 hands its StepResult back to the launcher in the work dir.
+A failure prints one marked line naming the rank, then exits with the error's exit code, so the
+launcher can report it as one line.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from swiftbox import distributed
+from swiftbox.errors import SwiftboxError
+
+
+def load_spec(path: str) -> dict:
+    spec = json.loads(Path(path).read_text())
+    if spec.get("swiftbox_launch") != 1:
+        raise SwiftboxError(f"{path}: not a swiftbox launch spec")
+    return spec
+
+
+def build(spec: dict):
+    """The validated config and the StepContext the launcher had, rebuilt in this process."""
+    from swiftbox.device import current_platform
+    from swiftbox.runner import StepContext
+    from swiftbox.steps import STEP_TYPES
+
+    schema = STEP_TYPES[spec["kind"]]
+    config = spec["config"]
+    cfg = schema.model_validate({k: config[k] for k in spec.get("fields_set", config)})
+    ctx = StepContext(recipe=spec["recipe"], kind=spec["kind"], index=spec["index"], input=spec["input"],
+                      work_dir=Path(spec["work_dir"]), output=Path(spec["output"]),
+                      platform=current_platform(spec["device"]), header_devices=spec.get("header_devices"))
+    return cfg, ctx
+
+
+def run_spec(spec: dict):
+    from swiftbox.runner import StepResult
+
+    cfg, ctx = build(spec)
+    module = importlib.import_module(spec["pipeline"])
+    result = module.run(cfg, ctx)
+    if isinstance(result, dict):
+        result = StepResult(metrics=result)
+    elif result is None:
+        result = StepResult()
+    if distributed.is_main_process():
+        from swiftbox.artifacts import write_json_atomic
+
+        write_json_atomic(ctx.work_dir / distributed.RESULT_FILE, {"metrics": result.metrics, "info": result.info})
+    return result
+
+
+def main(argv: list[str]) -> int:
+    spec_path = argv[0] if argv else ""
+    try:
+        spec = load_spec(spec_path)
+        distributed._WORKER_SPEC = spec
+        run_spec(spec)
+    except BaseException as exc:
+        failed_at = time.time()
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        code = getattr(exc, "exit_code", None) or (exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1)
+        if not isinstance(exc, SwiftboxError):
+            traceback.print_exc()
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        print(distributed.worker_mark(distributed.rank(), code, failed_at, message), file=sys.stderr, flush=True)
+        return code  # no teardown: the other ranks may be waiting on us; torchrun stops them
+    _shutdown()
+    return 0
+
+
+def _shutdown() -> None:
+    """Leave the process group cleanly (accelerate/transformers created it; ignore if none)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
