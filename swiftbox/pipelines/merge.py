@@ -75,6 +75,10 @@ def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
 
 
 def run(cfg, ctx):
+    started = time.time()
+    refs = list(cfg.adapters or [ctx.input])
+    spec, adapters = adapter_chain(refs, cfg.base)  # refusals come before anything heavy is imported
+
     from peft import PeftModel
 
     from swiftbox import parity as P
@@ -83,9 +87,6 @@ def run(cfg, ctx):
     from swiftbox.runner import StepResult
 
     patch_peft_gptq_probe()
-    started = time.time()
-    refs = list(cfg.adapters or [ctx.input])
-    spec, adapters = adapter_chain(refs, cfg.base)
     dtype = merge_dtype(cfg, ctx, adapters)
     tolerance = cfg.tolerance or TOLERANCE[dtype]
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
