@@ -90,6 +90,8 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
     """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
     from transformers import AutoModelForCausalLM
 
+    if spec.quantized == "gptq":
+        dtype = gptq_dtype(platform, dtype)
     if spec.quantized == "gptq" and quantization_config is None and not transformers_loads_gptq():
         if spec.adapters:
             raise UserError(f"{spec.base}: adapters on a GPTQ model need the python package 'optimum' "
@@ -122,6 +124,13 @@ def transformers_loads_gptq() -> bool:
     import importlib.util
 
     return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum", "gptqmodel"))
+
+
+def gptq_dtype(platform, dtype: str) -> str:
+    """GPTQ kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
+    if dtype != "float32":
+        return dtype
+    return "bfloat16" if platform.bf16_supported() else "float16"
 
 
 def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
@@ -101,6 +101,13 @@ class MergeStep(StepBase):
     tolerance: Optional[float] = Field(None, gt=0, description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
                                        "this; default 1e-4 in float32, 5e-2 in 16-bit")
 
+    @model_validator(mode="after")
+    def _input_from_adapters(self):
+        # `--adapters A B` alone is a complete request: the first adapter is the step's input
+        if self.model is None and self.adapters:
+            self.model = self.adapters[0]
+        return self
+
 
 class QuantizeStep(StepBase):
     method: Literal["gptq"] = "gptq"
@@ -115,8 +122,8 @@ class QuantizeStep(StepBase):
     samples: int = Field(128, ge=1, description="calibration samples")
     max_length: int = Field(512, ge=8, description="truncate calibration samples to this many tokens")
     batch_size: int = Field(8, ge=1, description="calibration batch size")
-    dtype: Dtype = Field("auto", description="dtype of the unquantized parts; auto = float16 on accelerators, "
-                         "float32 on CPU")
+    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ kernels "
+                         "run in 16-bit, so auto/float32 mean bfloat16 where supported, else float16")
     max_shard_size: str = Field("2GB", description="largest safetensors shard")
 
 

@@ -200,18 +200,19 @@ def run(cfg, ctx):
     from gptqmodel import GPTQModel, QuantizeConfig
 
     from swiftbox import parity as P
-    from swiftbox.loading import load_model, load_tokenizer, resolve_spec, torch_dtype, transformers_loads_gptq
+    from swiftbox.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
+                                   transformers_loads_gptq)
     from swiftbox.runner import StepResult
 
     started = time.time()
-    dtype = ctx.dtype(cfg.dtype)
+    dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     calib_texts, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
     calib, held = tokenize(tokenizer, calib_texts, cfg.max_length), tokenize(tokenizer, held_texts, cfg.max_length)
     group_size, note = fit_group_size(cfg.group_size, layer_widths(spec.base))
     probe = P.encode(tokenizer, P.render(tokenizer, P.default_probe()))
 
-    source = load_model(spec, ctx.platform, dtype, trust_remote_code=cfg.trust_remote_code)
+    source = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
     ppl_before, logits_before = perplexity(source, held), P.logits_on(source, probe)
     del source
     gc.collect()
