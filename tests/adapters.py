@@ -56,3 +56,39 @@ def make_adapter(base_dir: Path, out: Path, method: str = "lora", *, seed: int =
             "config": {"dataset": data[0] if data else None, "method": method},
         }))
     return out
+
+
+_CACHE: dict[str, Path] = {}
+
+
+def _scratch() -> Path:
+    import atexit
+    import shutil
+    import tempfile
+
+    if "root" not in _CACHE:
+        _CACHE["root"] = Path(tempfile.mkdtemp(prefix="swiftbox-export-tests-"))
+        atexit.register(shutil.rmtree, _CACHE["root"], True)
+    return _CACHE["root"]
+
+
+def shared_adapter(method: str = "lora") -> Path:
+    """One adapter per method per test process, shared by the export test modules."""
+    from swiftbox.toy import toy_path
+
+    key = f"adapter-{method}"
+    if key not in _CACHE:
+        seed = {"lora": 0, "dora": 1, "qlora": 2}.get(method, 3)
+        _CACHE[key] = make_adapter(toy_path(0), _scratch() / key, method, seed=seed)
+    return _CACHE[key]
+
+
+def shared_merged() -> Path:
+    """The shared LoRA adapter merged by the merge step (its manifest carries the training data lineage)."""
+    import swiftbox as sb
+
+    if "merged" not in _CACHE:
+        out = _scratch() / "merged-lora"
+        sb.merge(str(shared_adapter("lora")), output=str(out))
+        _CACHE["merged"] = out
+    return _CACHE["merged"]

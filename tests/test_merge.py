@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from swiftbox.errors import SwiftboxError, UserError
-from tests.adapters import make_adapter
+from tests.adapters import make_adapter, shared_adapter
 
 def one_line_error(res) -> str:
     """The CLI's refusal: exactly one `swiftbox:` line and no traceback (other stderr is progress logging)."""
@@ -21,9 +21,8 @@ PROMPTS = ["<|im_start|>user\nIs 4821 even?<|im_end|>\n<|im_start|>assistant\n",
 
 
 @pytest.fixture(scope="session")
-def adapters(tmp_path_factory, toy_dir):
-    root = tmp_path_factory.mktemp("adapters")
-    return {m: make_adapter(toy_dir, root / m, m, seed=i) for i, m in enumerate(("lora", "dora", "qlora"))}
+def adapters():
+    return {m: shared_adapter(m) for m in ("lora", "dora", "qlora")}
 
 
 def logits(model, tok, prompts=PROMPTS):
