@@ -10,19 +10,33 @@ import pytest
 
 from swiftbox.errors import Unsupported, UserError
 from tests.adapters import shared_adapter, shared_merged
+from tests.conftest import ROOT
 from tests.test_merge import one_line_error
 
 os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
 PROMPT = [{"role": "user", "content": "Is 4821 even?"}]
 
 
+def quickstart_step(kind: str) -> dict:
+    """The quickstart recipe's own settings for a step (the recipe is what users run)."""
+    import yaml
+
+    steps = yaml.safe_load((ROOT / "recipes" / "quickstart.yaml").read_text())["steps"]
+    return next(step[kind] for step in steps if kind in step)
+
+
 @pytest.fixture(scope="module")
 def gptq4(tmp_path_factory):
-    import swiftbox as sb
+    """adapter -> merge -> quantize with the quickstart's merge and quantize lines, as one recipe."""
+    from swiftbox.runner import run_recipe
 
-    out = tmp_path_factory.mktemp("q") / "gptq4"
-    entry = sb.quantize(str(shared_merged()), output=str(out), bits=4, samples=64)
-    return out, entry["metrics"]
+    root = tmp_path_factory.mktemp("q")
+    recipe = {"name": "export", "model": str(shared_adapter("lora")), "output_dir": str(root),
+              "steps": [{"merge": quickstart_step("merge")}, {"quantize": quickstart_step("quantize")}]}
+    summary = run_recipe(recipe)
+    merge, quantize = summary["steps"]
+    assert merge["ok"] and quantize["ok"] and merge["metrics"]["max_abs_logit_diff"] <= 1e-4
+    return root / "quantize", quantize["metrics"], root / "merge"
 
 
 def _generate(model, tok):
@@ -44,7 +58,7 @@ def _logits(model, tok):
         return model(**batch).logits[0].float()
 
 
-def _round_trip(out, metrics, bits, min_cosine):
+def _round_trip(out, metrics, bits, min_cosine, source_dir):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,7 +76,7 @@ def _round_trip(out, metrics, bits, min_cosine):
     assert manifest["artifact"] == "model" and manifest["quantization"]["bits"] == bits
 
     tok = AutoTokenizer.from_pretrained(out)
-    source = AutoModelForCausalLM.from_pretrained(shared_merged(), dtype=torch.float32).eval()
+    source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
     reference = _logits(source, tok)
     # 1) plain transformers (needs optimum + gptqmodel installed; without optimum it says so)
     if transformers_loads_gptq():
@@ -83,12 +97,12 @@ def _round_trip(out, metrics, bits, min_cosine):
 
 
 def test_gptq_4bit_round_trip(gptq4):
-    out, metrics = gptq4
-    _round_trip(out, metrics, 4, 0.99)
+    out, metrics, merged = gptq4
+    _round_trip(out, metrics, 4, 0.99, merged)
     manifest = json.loads((out / "swiftbox.json").read_text())
     assert manifest["quantization"]["calibration_source"] == "lineage"  # the adapter's training data
     assert manifest["quantization"]["calibration"][0].endswith("parity_sft.jsonl")
-    assert metrics["calibration_samples"] == 64 and metrics["held_out_samples"] > 0
+    assert metrics["calibration_samples"] == 128 and metrics["held_out_samples"] == 32
 
 
 @pytest.mark.slow
@@ -98,7 +112,7 @@ def test_gptq_8bit_round_trip(tmp_path):
     out = tmp_path / "gptq8"
     entry = sb.quantize(str(shared_merged()), output=str(out), bits=8, samples=32, group_size=64)
     assert entry["metrics"]["group_size"] == 64
-    _round_trip(out, entry["metrics"], 8, 0.999)
+    _round_trip(out, entry["metrics"], 8, 0.999, shared_merged())
 
 
 # -- refusals -------------------------------------------------------------------------------------------------
