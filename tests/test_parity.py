@@ -36,10 +36,19 @@ def test_probe_files(tmp_path, toy_dir):
         read_probe(bad)
 
 
-def test_cli_exits_1_past_a_threshold_and_prints_a_table(cli, toy_dir):
-    res = cli("parity", str(toy_dir), str(shared_adapter("lora")), "--max-diff", "1e-3")
-    assert res.returncode == 1, res.stderr
-    assert "max_abs_diff" in res.stdout and "FAIL" in res.stdout
+def test_exits_1_past_a_threshold_and_prints_a_table(toy_dir, capsys):
+    from swiftbox.parity import parity_cli
+
+    assert parity_cli(str(toy_dir), str(shared_adapter("lora")), ["--max-diff", "1e-3"]) == 1
+    out = capsys.readouterr().out
+    assert "max_abs_diff" in out and "cosine_min" in out and "FAIL" in out
+
+
+def test_launch_parity_is_wired_and_refuses_bad_input_in_one_line(cli, toy_dir, tmp_path):
+    res = cli("parity", str(toy_dir), str(toy_dir), "--probe", str(tmp_path / "missing.txt"))
+    assert res.returncode == 2 and "no such file" in res.stderr and "Traceback" not in res.stderr
+    res = cli("parity", str(toy_dir), str(toy_dir), "--max-diff", "lots")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
 
 
 def test_cli_passes_within_thresholds(toy_dir, capsys):
