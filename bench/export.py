@@ -3,7 +3,7 @@
 Trains a small LoRA adapter on the bundled parity task with a plain PEFT loop (independent of the sft
 pipeline), then runs the merge and quantize steps and measures greedy task accuracy of the adapter, the
 merged model and the GPTQ export on recipes/data/parity_eval.jsonl, plus the steps' own figures.
-Options: --steps N (default 300), --bits 4|8, --out DIR (default runs/bench-export).
+Options: --steps N (default 300), --lr (1e-3), --bits 4|8, --out DIR (default runs/bench-export).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
 
 
-def train_adapter(out: Path, steps: int, seed: int = 0) -> float:
+def train_adapter(out: Path, steps: int, lr: float = 1e-3, seed: int = 0) -> float:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -44,7 +44,7 @@ def train_adapter(out: Path, steps: int, seed: int = 0) -> float:
         p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
         a_ids = tok(row["messages"][-1]["content"] + "<|im_end|>", add_special_tokens=False)["input_ids"]
         examples.append((p_ids + a_ids, [-100] * len(p_ids) + a_ids))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     model.train()
     loss = None
@@ -58,6 +58,8 @@ def train_adapter(out: Path, steps: int, seed: int = 0) -> float:
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if step % 25 == 0:
+            print(f"bench export: step {step}/{steps} loss {float(loss):.4f}", file=sys.stderr, flush=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     (out / "swiftbox.json").write_text(json.dumps({
@@ -92,6 +94,7 @@ def accuracy(ref: str) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="bench export")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--bits", type=int, default=4, choices=[4, 8])
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)
@@ -102,7 +105,7 @@ def main(argv=None) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t0 = time.time()
-    final_loss = train_adapter(out / "adapter", args.steps)
+    final_loss = train_adapter(out / "adapter", args.steps, args.lr)
     train_s = time.time() - t0
     merge = sb.merge(str(out / "adapter"), output=str(out / "merged"))["metrics"]
     quant = sb.quantize(str(out / "merged"), output=str(out / "gptq"), bits=args.bits)["metrics"]
