@@ -5,6 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+
+def one_line_error(res) -> str:
+    """The CLI's refusal: exactly one `swiftbox:` line and no traceback (other stderr is progress logging)."""
+    lines = [line for line in res.stderr.splitlines() if line.startswith("swiftbox:")]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
 PARITY_SFT = str(Path(__file__).resolve().parent.parent / "recipes" / "data" / "parity_sft.jsonl")
 
 

@@ -8,14 +8,7 @@ import shutil
 import pytest
 
 from swiftbox.errors import SwiftboxError, UserError
-from tests.adapters import make_adapter, shared_adapter
-
-def one_line_error(res) -> str:
-    """The CLI's refusal: exactly one `swiftbox:` line and no traceback (other stderr is progress logging)."""
-    lines = [line for line in res.stderr.splitlines() if line.startswith("swiftbox:")]
-    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    return lines[0]
-
+from tests.adapters import make_adapter, one_line_error, shared_adapter
 
 PROMPTS = ["<|im_start|>user\nIs 4821 even?<|im_end|>\n<|im_start|>assistant\n", "Mountains and rivers, 12345"]
 

@@ -9,9 +9,8 @@ import shutil
 import pytest
 
 from swiftbox.errors import Unsupported, UserError
-from tests.adapters import shared_adapter, shared_merged
+from tests.adapters import one_line_error, shared_adapter, shared_merged
 from tests.conftest import ROOT
-from tests.test_merge import one_line_error
 
 os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
 PROMPT = [{"role": "user", "content": "Is 4821 even?"}]
