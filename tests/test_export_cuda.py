@@ -14,13 +14,16 @@ from tests.adapters import shared_adapter, shared_merged
 os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
 
 
-def _has_gpu() -> bool:
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def _needs_gpu():
+    # checked when a test runs, not at collection: collecting must not import torch for everyone
     from swiftbox.device import CudaPlatform
 
-    return CudaPlatform.is_available()
-
-
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU")]
+    if not CudaPlatform.is_available():
+        pytest.skip("needs an NVIDIA GPU")
 
 
 @pytest.mark.parametrize("method", ["lora", "dora", "qlora"])
