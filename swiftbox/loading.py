@@ -123,7 +123,10 @@ def transformers_loads_gptq() -> bool:
     """transformers 5 loads GPTQ checkpoints through optimum's GPTQ integration plus gptqmodel kernels."""
     import importlib.util
 
-    return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum", "gptqmodel"))
+    try:
+        return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum.gptq", "gptqmodel"))
+    except (ImportError, ValueError):  # no `optimum` namespace at all
+        return False
 
 
 def gptq_dtype(platform, dtype: str) -> str:
