@@ -219,3 +219,17 @@ def test_bnb_load_configs(toy_dir):
     assert "4bit" in type(model.model.layers[0].mlp.down_proj).__name__
     with torch.no_grad():
         assert torch.isfinite(model(input_ids=torch.tensor([[5, 6, 7]])).logits).all()
+
+
+def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypatch):
+    import torch
+
+    from swiftbox import loading
+    from swiftbox.device import current_platform
+
+    monkeypatch.setattr(loading, "transformers_loads_gptq", lambda: False)
+    spec = loading.resolve_spec(str(gptq4[0]))
+    assert spec.quantized == "gptq"
+    model = loading.load_model(spec, current_platform("cpu"), "float32")  # float32 asked, 16-bit kernels used
+    assert model.dtype == torch.bfloat16 and type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
+    _generate(model, loading.load_tokenizer(spec))
