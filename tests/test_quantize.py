@@ -102,6 +102,8 @@ def test_gptq_4bit_round_trip(gptq4):
     assert manifest["quantization"]["calibration_source"] == "lineage"  # the adapter's training data
     assert manifest["quantization"]["calibration"][0].endswith("parity_sft.jsonl")
     assert metrics["calibration_samples"] == 128 and metrics["held_out_samples"] == 32
+    assert list((out / "logs").glob("*.log")), "gptqmodel's per-layer log belongs in the output"
+    assert not (ROOT / "logs").exists() or not any((ROOT / "logs").glob("gptq_log_*"))
 
 
 @pytest.mark.slow

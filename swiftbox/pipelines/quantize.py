@@ -8,6 +8,7 @@ transformers loads it when `optimum` is installed, gptqmodel loads it always (se
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -189,6 +190,19 @@ def weight_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
 
 
+@contextlib.contextmanager
+def gptq_logs_in(folder: Path):
+    """gptqmodel writes a per-layer log to ./logs/ of the current directory; keep it in the output instead."""
+    from gptqmodel.looper import loop_processor
+
+    before = loop_processor._PROJECT_LOG_DIR
+    loop_processor._PROJECT_LOG_DIR = folder
+    try:
+        yield
+    finally:
+        loop_processor._PROJECT_LOG_DIR = before
+
+
 def run(cfg, ctx):
     ctx.platform.require("gptq")
     spec = check_input(ctx.input)
@@ -222,7 +236,8 @@ def run(cfg, ctx):
     model = GPTQModel.load(str(spec.base), qconfig, device=ctx.platform.torch_device(0), dtype=torch_dtype(dtype),
                            trust_remote_code=cfg.trust_remote_code)
     t0 = time.time()
-    model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer)
+    with gptq_logs_in(Path(ctx.work_dir) / "logs"):
+        model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer)
     quantize_seconds = time.time() - t0
     model.save(str(ctx.work_dir), max_shard_size=cfg.max_shard_size)
     del model
