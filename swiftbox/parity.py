@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
+import types
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -203,13 +205,12 @@ def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
 __all__ = ["parity", "parity_cli", "compare", "default_probe", "read_probe", "render", "encode", "logits_on", "check"]
 
 
-class _CallableModule(type(json)):
-    """`swiftbox.parity` is both this module and the function: `sb.parity(a, b)` works either way."""
+class _CallableModule(types.ModuleType):
+    """`swiftbox.parity` is both this module and the function: once the module is imported it shadows the
+    lazy `swiftbox.parity` attribute, so the module itself answers `sb.parity(a, b)`."""
 
     def __call__(self, *args, **kwargs):
         return parity(*args, **kwargs)
 
 
-import sys as _sys  # noqa: E402
-
-_sys.modules[__name__].__class__ = _CallableModule
+sys.modules[__name__].__class__ = _CallableModule
