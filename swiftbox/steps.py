@@ -110,8 +110,8 @@ class MergeStep(StepBase):
 
 
 class QuantizeStep(StepBase):
-    method: Literal["gptq"] = "gptq"
-    bits: Literal[4, 8] = 4
+    method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
+    bits: Literal[4, 8] = Field(4, description="4 or 8")
     group_size: int = Field(128, description="GPTQ group size (-1 = per-channel); lowered to one that divides every "
                             "layer's input width when needed")
     desc_act: bool = Field(False, description="GPTQ act-order: quantize columns by decreasing activation size")
