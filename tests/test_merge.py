@@ -157,3 +157,11 @@ def test_failed_verification_writes_nothing_and_keeps_the_old_output(adapters, t
     assert (out / "model.safetensors").read_bytes() == b"the previous export"
     assert json.loads((out / "swiftbox.json").read_text())["merged_from"] == ["older"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".merged")) == []
+
+
+def test_adapters_alone_name_the_input():
+    from swiftbox.steps import MergeStep
+
+    assert MergeStep(adapters=["a", "b"]).model == "a"
+    assert MergeStep(model="m", adapters=["a"]).model == "m"
+    assert MergeStep().model is None
