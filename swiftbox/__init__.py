@@ -6,10 +6,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_API = {"run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval"}
+_API = {"run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval", "parity"}
 
 
 def __getattr__(name: str):
+    if name == "parity":  # a callable module: sb.parity(a, b) and `import swiftbox.parity` agree
+        import importlib
+
+        return importlib.import_module("swiftbox.parity")
     if name in _API:
         from swiftbox import api
 

@@ -5,11 +5,13 @@
     sb.run_recipe("recipes/quickstart.yaml", overrides=["sft.epochs=1"])
 
 Each returns the step's summary entry: {"step", "output", "ok", "metrics"}.
+`parity(a, b, probe=None)` compares two models' logits (see swiftbox.parity).
 """
 from __future__ import annotations
 
 from typing import Optional
 
+from swiftbox.parity import parity
 from swiftbox.runner import run_recipe, run_step
 from swiftbox.steps import STEP_TYPES
 
@@ -38,4 +40,4 @@ serve = _make("serve")
 chat = _make("chat")
 eval = _make("eval")  # noqa: A001 - the step is called eval; swiftbox.eval(...) reads naturally
 
-__all__ = ["run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval"]
+__all__ = ["run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval", "parity"]

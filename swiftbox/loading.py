@@ -90,6 +90,14 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
     """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
     from transformers import AutoModelForCausalLM
 
+    if spec.quantized == "gptq":
+        dtype = gptq_dtype(platform, dtype)
+    if spec.quantized == "gptq" and quantization_config is None and not transformers_loads_gptq():
+        if spec.adapters:
+            raise UserError(f"{spec.base}: adapters on a GPTQ model need the python package 'optimum' "
+                            "(pip install optimum); or merge the adapter before quantizing")
+        return load_gptq_with_gptqmodel(spec.base, platform, dtype, trust_remote_code=trust_remote_code).eval()
+
     kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code, use_safetensors=True)
     if quantization_config is not None:
         kwargs["quantization_config"] = quantization_config
@@ -109,3 +117,53 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
                 model = model.merge_and_unload()
     model.eval()
     return model
+
+
+def transformers_loads_gptq() -> bool:
+    """transformers 5 loads GPTQ checkpoints through optimum's GPTQ integration plus gptqmodel kernels."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum.gptq", "gptqmodel"))
+    except (ImportError, ValueError):  # no `optimum` namespace at all
+        return False
+
+
+def gptq_dtype(platform, dtype: str) -> str:
+    """GPTQ kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
+    if dtype != "float32":
+        return dtype
+    return "bfloat16" if platform.bf16_supported() else "float16"
+
+
+def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):
+    """A GPTQ export as a plain transformers model, loaded by gptqmodel (used where optimum is absent)."""
+    import os
+
+    platform.require("gptq")
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes on <=2 cores without it
+    from gptqmodel import GPTQModel
+
+    wrapped = GPTQModel.load(str(path), device=platform.torch_device(0), dtype=torch_dtype(dtype),
+                             trust_remote_code=trust_remote_code)
+    return wrapped.model
+
+
+BNB_KINDS = ("bnb-4bit", "bnb-8bit")
+
+
+def bnb_config(kind: str, platform, compute_dtype: Optional[str] = None):
+    """A `BitsAndBytesConfig` for load-time quantization (serving's `quantization: bnb-4bit|bnb-8bit`).
+
+    4-bit is NF4 with double quantization, computing in `compute_dtype` (default: the platform's);
+    8-bit is LLM.int8(). Refused with exit 3 where bitsandbytes has no backend (e.g. Ascend).
+    """
+    if kind not in BNB_KINDS:
+        raise UserError(f"quantization: expected one of {', '.join(BNB_KINDS)}, got {kind!r}")
+    platform.require("bnb")
+    from transformers import BitsAndBytesConfig
+
+    if kind == "bnb-8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch_dtype(platform.resolve_dtype(compute_dtype)))

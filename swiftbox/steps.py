@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
@@ -134,18 +134,36 @@ class DownloadStep(StepBase):
 class MergeStep(StepBase):
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = "auto"
-    max_shard_size: str = "2GB"
+    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the platform's")
+    max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
+    probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
+    tolerance: Optional[float] = Field(None, gt=0, description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
+                                       "this; default 1e-4 in float32, 5e-2 in 16-bit")
+
+    @model_validator(mode="after")
+    def _input_from_adapters(self):
+        # `--adapters A B` alone is a complete request: the first adapter is the step's input
+        if self.model is None and self.adapters:
+            self.model = self.adapters[0]
+        return self
 
 
 class QuantizeStep(StepBase):
-    method: Literal["gptq"] = "gptq"
-    bits: Literal[4, 8] = 4
-    group_size: int = Field(128, description="GPTQ group size (-1 = per-channel)")
-    desc_act: bool = False
-    dataset: Optional[str] = Field(None, description="calibration data; default: the lineage's training data")
+    method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
+    bits: Literal[4, 8] = Field(4, description="4 or 8")
+    group_size: int = Field(128, description="GPTQ group size (-1 = per-channel); lowered to one that divides every "
+                            "layer's input width when needed")
+    desc_act: bool = Field(False, description="GPTQ act-order: quantize columns by decreasing activation size")
+    sym: bool = Field(True, description="symmetric quantization")
+    damp_percent: float = Field(0.05, gt=0, lt=1, description="GPTQ Hessian dampening")
+    dataset: Optional[str] = Field(None, description="calibration data (.jsonl/.json/.txt); default: the lineage's "
+                                   "training data, else bundled text")
     samples: int = Field(128, ge=1, description="calibration samples")
-    max_length: int = Field(512, ge=8)
+    max_length: int = Field(512, ge=8, description="truncate calibration samples to this many tokens")
+    batch_size: int = Field(8, ge=1, description="calibration batch size")
+    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ kernels "
+                         "run in 16-bit, so auto/float32 mean bfloat16 where supported, else float16")
+    max_shard_size: str = Field("2GB", description="largest safetensors shard")
 
 
 class ServeStep(StepBase):

@@ -1,0 +1,162 @@
+"""merge step: fold LoRA / DoRA / QLoRA adapters into their base model with PEFT `merge_and_unload`.
+
+The base comes from `base:` or the adapter's manifest / adapter_config.json. A QLoRA adapter merges
+onto the un-quantized base in its training compute dtype (never into 4-bit weights). Several adapters
+merge in order, each onto the result of the ones before it. Every merge is verified on a fixed probe:
+base+adapter (unmerged) vs merged in memory, and the saved output reloaded from disk vs base+adapters;
+the largest |Δlogit| is recorded as `max_abs_logit_diff` and a merge past the tolerance fails, so no
+silently wrong output is ever committed.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+
+from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
+from swiftbox.errors import NotBuilt, SwiftboxError, UserError
+
+PRODUCES_MODEL = True
+TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
+
+
+def adapter_chain(refs: list[str], base: str | None):
+    """(ModelSpec, adapter paths in merge order) for `refs`; refusals for anything that cannot merge."""
+    from swiftbox.hub import resolve_model
+    from swiftbox.loading import adapter_base_ref, resolve_spec
+
+    spec, adapters = None, []
+    for ref in refs:
+        path = resolve_model(ref)
+        if not is_adapter_dir(path):
+            quant = _quantized(path)
+            what = f"an already {quant}-quantized model" if quant else "a model"
+            raise UserError(f"merge: {ref} is {what}, not an adapter (no adapter_config.json); nothing to merge - "
+                            "pass the adapter directory (adapters: [...] / --adapters)")
+        base_ref = base or adapter_base_ref(path)
+        try:
+            resolve_model(base_ref)
+        except (UserError, NotBuilt) as exc:
+            raise UserError(f"merge: the base model of adapter {ref}, {base_ref!r}, cannot be found "
+                            f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained on") from None
+        this = resolve_spec(str(path), base=base)
+        if spec is None:
+            spec = this
+        elif this.base.resolve() != spec.base.resolve():
+            raise UserError(f"merge: adapter {ref} was trained on {this.base_ref}, but {refs[0]} on {spec.base_ref}; "
+                            "adapters merged together must share one base")
+        adapters += [a for a in this.adapters if a.resolve() not in {x.resolve() for x in adapters}]
+    if spec.quantized:
+        raise UserError(f"merge: the base model {spec.base_ref} is already {spec.quantized}-quantized; merging into "
+                        "quantized weights cannot keep the adapter's outputs - pass the un-quantized base with "
+                        "base: (--base) and quantize after merging")
+    return spec, adapters
+
+
+def _quantized(path: Path) -> str | None:
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (config.get("quantization_config") or {}).get("quant_method")
+
+
+def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
+    """auto: the compute dtype the (last) adapter was trained in, where the platform has it; else the platform's."""
+    if cfg.dtype != "auto":
+        return ctx.dtype(cfg.dtype)
+    for adapter in reversed(adapters):
+        trained = (read_manifest(adapter) or {}).get("dtype")
+        if trained in TOLERANCE and (trained != "bfloat16" or ctx.platform.bf16_supported()):
+            return trained
+    return ctx.dtype("auto")
+
+
+def run(cfg, ctx):
+    started = time.time()
+    refs = list(cfg.adapters or [ctx.input])
+    spec, adapters = adapter_chain(refs, cfg.base)  # refusals come before anything heavy is imported
+
+    from peft import PeftModel
+
+    from swiftbox import parity as P
+    from swiftbox.loading import ModelSpec, load_model, load_tokenizer
+    from swiftbox.peft_compat import patch_peft_gptq_probe
+    from swiftbox.runner import StepResult
+
+    patch_peft_gptq_probe()
+    dtype = merge_dtype(cfg, ctx, adapters)
+    tolerance = cfg.tolerance or TOLERANCE[dtype]
+    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
+    items = P.read_probe(cfg.probe) if cfg.probe else P.default_probe()
+    batch = P.encode(tokenizer, P.render(tokenizer, items))
+    mask = batch["attention_mask"]
+
+    model = load_model(ModelSpec(base=spec.base, base_ref=spec.base_ref), ctx.platform, dtype,
+                       trust_remote_code=cfg.trust_remote_code)
+    base_logits = P.logits_on(model, batch)
+    stages, reference = [], None
+    for adapter in adapters:
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
+        model.eval()
+        reference = P.logits_on(model, batch)  # base (+ earlier merges) + this adapter, unmerged
+        model = model.merge_and_unload()
+        stages.append({"adapter": str(adapter), **P.compare(reference, P.logits_on(model, batch), mask)})
+
+    model.save_pretrained(ctx.work_dir, max_shard_size=cfg.max_shard_size)
+    tokenizer.save_pretrained(ctx.work_dir)
+    del model
+    gc.collect()
+    ctx.platform.empty_cache()
+
+    # the output as the next step will see it, against base+adapters computed before any merge of the last one
+    reloaded = load_model(ModelSpec(base=Path(ctx.work_dir), base_ref=str(ctx.output)), ctx.platform, dtype)
+    on_disk = P.compare(reference, P.logits_on(reloaded, batch), mask)
+    del reloaded
+
+    worst = max([s["max_abs_diff"] for s in stages] + [on_disk["max_abs_diff"]])
+    scale = max(1.0, float(reference[mask.bool()].abs().max()))
+    effect = P.compare(base_logits, reference, mask)
+    if worst / scale > tolerance:
+        raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
+                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was written")
+    methods = [(read_manifest(a) or {}).get("method") or _peft_type(a) for a in adapters]
+    metrics = {
+        "max_abs_logit_diff": worst,
+        "relative_logit_diff": worst / scale,
+        "cosine_min": min([s["cosine_min"] for s in stages] + [on_disk["cosine_min"]]),
+        "argmax_agreement": on_disk["argmax_agreement"],
+        "adapter_effect_max_abs": effect["max_abs_diff"],  # how far the adapters move the base: > 0 or nothing merged
+        "adapters": len(adapters),
+        "probe_positions": on_disk["positions"],
+        "size_bytes": dir_size(ctx.work_dir),
+        "seconds": round(time.time() - started, 3),
+    }
+    info = {"artifact": "model", "merged_from": [str(a) for a in adapters], "base_model": spec.base_ref,
+            "methods": methods, "dtype": dtype, "datasets": _datasets(adapters), "merge_stages": stages,
+            "tolerance": tolerance}
+    return StepResult(metrics=metrics, info=info)
+
+
+def _peft_type(adapter: Path) -> str:
+    import json
+
+    try:
+        config = json.loads((adapter / "adapter_config.json").read_text())
+    except (OSError, ValueError):
+        return "lora"
+    return "dora" if config.get("use_dora") else str(config.get("peft_type", "lora")).lower()
+
+
+def _datasets(adapters: list[Path]) -> list[str]:
+    """Training data named by the adapters' manifests (quantize calibrates on it by default)."""
+    out: list[str] = []
+    for adapter in adapters:
+        manifest = read_manifest(adapter) or {}
+        for value in (manifest.get("datasets"), (manifest.get("config") or {}).get("dataset")):
+            for item in ([value] if isinstance(value, str) else value or []):
+                if isinstance(item, str) and item not in out:
+                    out.append(item)
+    return out

@@ -1,0 +1,237 @@
+"""quantize: GPTQ 4-bit (fast) and 8-bit (slow) round trips that load with transformers and gptqmodel and
+generate; size/time/perplexity/parity figures; calibration sources; every refusal; bnb load configs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from swiftbox.errors import Unsupported, UserError
+from tests.adapters import one_line_error, shared_adapter, shared_merged
+from tests.conftest import ROOT
+
+os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+PROMPT = [{"role": "user", "content": "Is 4821 even?"}]
+
+
+def quickstart_step(kind: str) -> dict:
+    """The quickstart recipe's own settings for a step (the recipe is what users run)."""
+    import yaml
+
+    steps = yaml.safe_load((ROOT / "recipes" / "quickstart.yaml").read_text())["steps"]
+    return next(step[kind] for step in steps if kind in step)
+
+
+@pytest.fixture(scope="module")
+def gptq4(tmp_path_factory):
+    """adapter -> merge -> quantize with the quickstart's merge and quantize lines, as one recipe."""
+    from swiftbox.runner import run_recipe
+
+    root = tmp_path_factory.mktemp("q")
+    recipe = {"name": "export", "model": str(shared_adapter("lora")), "output_dir": str(root),
+              "steps": [{"merge": quickstart_step("merge")}, {"quantize": quickstart_step("quantize")}]}
+    summary = run_recipe(recipe)
+    merge, quantize = summary["steps"]
+    assert merge["ok"] and quantize["ok"] and merge["metrics"]["max_abs_logit_diff"] <= 1e-4
+    return root / "quantize", quantize["metrics"], root / "merge"
+
+
+def _generate(model, tok):
+    import torch
+
+    batch = tok.apply_chat_template(PROMPT, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=4, do_sample=False)
+    new = out[0, batch["input_ids"].shape[1]:]
+    assert new.numel() >= 1
+    return new
+
+
+def _logits(model, tok):
+    import torch
+
+    batch = tok.apply_chat_template(PROMPT, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        return model(**batch).logits[0].float()
+
+
+def _round_trip(out, metrics, bits, min_cosine, source_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swiftbox.device import current_platform
+    from swiftbox.loading import load_gptq_with_gptqmodel, transformers_loads_gptq
+
+    assert metrics["bits"] == bits and metrics["size_bytes"] < metrics["source_size_bytes"]
+    assert 0 < metrics["size_ratio"] < 0.6
+    assert metrics["quantize_seconds"] > 0 and metrics["perplexity_ratio"] < 1.05
+    assert metrics["cosine_mean"] >= min_cosine
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "gptq" and config["bits"] == bits
+    assert json.loads((out / "generation_config.json").read_text())["do_sample"] is False
+    manifest = json.loads((out / "swiftbox.json").read_text())
+    assert manifest["artifact"] == "model" and manifest["quantization"]["bits"] == bits
+
+    tok = AutoTokenizer.from_pretrained(out)
+    source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
+    reference = _logits(source, tok)
+    # 1) plain transformers (needs optimum + gptqmodel installed; without optimum it says so)
+    if transformers_loads_gptq():
+        model = AutoModelForCausalLM.from_pretrained(out, device_map="cpu", dtype=torch.bfloat16).eval()
+        assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear  # a GPTQ kernel layer
+        _generate(model, tok)
+        cos = torch.nn.functional.cosine_similarity(_logits(model, tok), reference, dim=-1).mean().item()
+        assert cos >= min_cosine
+    else:
+        with pytest.raises(ImportError, match="optimum"):
+            AutoModelForCausalLM.from_pretrained(out, device_map="cpu")
+    # 2) gptqmodel
+    model = load_gptq_with_gptqmodel(out, current_platform("cpu"), "bfloat16").eval()
+    assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
+    _generate(model, tok)
+    cos = torch.nn.functional.cosine_similarity(_logits(model, tok), reference, dim=-1).mean().item()
+    assert cos >= min_cosine
+
+
+def test_gptq_4bit_round_trip(gptq4):
+    out, metrics, merged = gptq4
+    _round_trip(out, metrics, 4, 0.99, merged)
+    manifest = json.loads((out / "swiftbox.json").read_text())
+    assert manifest["quantization"]["calibration_source"] == "lineage"  # the adapter's training data
+    assert manifest["quantization"]["calibration"][0].endswith("parity_sft.jsonl")
+    assert metrics["calibration_samples"] == 128 and metrics["held_out_samples"] == 32
+    assert list((out / "logs").glob("*.log")), "gptqmodel's per-layer log belongs in the output"
+    assert not (ROOT / "logs").exists() or not any((ROOT / "logs").glob("gptq_log_*"))
+
+
+@pytest.mark.slow
+def test_gptq_8bit_round_trip(tmp_path):
+    import swiftbox as sb
+
+    out = tmp_path / "gptq8"
+    entry = sb.quantize(str(shared_merged()), output=str(out), bits=8, samples=32, group_size=64)
+    assert entry["metrics"]["group_size"] == 64
+    _round_trip(out, entry["metrics"], 8, 0.999, shared_merged())
+
+
+# -- refusals -------------------------------------------------------------------------------------------------
+
+def test_refuses_an_adapter_and_says_merge_first(cli, tmp_path):
+    adapter = shared_adapter("lora")
+    res = cli("quantize", str(adapter), "--output", str(tmp_path / "q"))
+    assert res.returncode == 2
+    assert f"merge first: ./launch.sh merge {adapter}" in one_line_error(res)
+    assert not (tmp_path / "q").exists()
+
+
+def test_refuses_an_already_quantized_model(gptq4, tmp_path):
+    import swiftbox as sb
+
+    with pytest.raises(UserError, match="already gptq-quantized"):
+        sb.quantize(str(gptq4[0]), output=str(tmp_path / "again"))
+    assert not (tmp_path / "again").exists()
+
+
+def test_refuses_missing_calibration_data(toy_dir, tmp_path):
+    import swiftbox as sb
+
+    with pytest.raises(UserError, match="calibration file .*nope.jsonl not found"):
+        sb.quantize(str(toy_dir), dataset=str(tmp_path / "nope.jsonl"), output=str(tmp_path / "q1"))
+    # the lineage names training data that is gone
+    model = tmp_path / "model"
+    shutil.copytree(toy_dir, model)
+    (model / "swiftbox.json").write_text(json.dumps({"artifact": "model", "datasets": [str(tmp_path / "gone.jsonl")]}))
+    with pytest.raises(UserError, match="missing calibration data"):
+        sb.quantize(str(model), output=str(tmp_path / "q2"))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"unrelated": 1}\n')
+    with pytest.raises(UserError, match="no usable rows"):
+        sb.quantize(str(toy_dir), dataset=str(empty), output=str(tmp_path / "q3"))
+    assert not any((tmp_path / n).exists() for n in ("q1", "q2", "q3"))
+
+
+def test_refuses_existing_output_without_force(cli, toy_dir, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    res = cli("quantize", str(toy_dir), "--output", str(out))
+    assert res.returncode == 2 and "--force" in one_line_error(res)
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
+    from swiftbox.device import NpuPlatform
+    from swiftbox.pipelines import quantize
+    from swiftbox.runner import StepContext
+    from swiftbox.steps import QuantizeStep
+
+    ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
+                      output=tmp_path / "o", platform=NpuPlatform())
+    with pytest.raises(Unsupported) as err:
+        quantize.run(QuantizeStep(), ctx)
+    assert err.value.exit_code == 3 and "gptq" in str(err.value) and "instead" in str(err.value)
+
+
+# -- calibration, group size, bnb -----------------------------------------------------------------------------
+
+def test_calibration_sources(toy_dir, tmp_path):
+    from swiftbox.device import current_platform
+    from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
+    from swiftbox.runner import StepContext
+    from swiftbox.steps import QuantizeStep
+
+    ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
+                      output=tmp_path / "o", platform=current_platform("cpu"))
+    assert calibration_files(QuantizeStep(), ctx) == ([BUNDLED], "bundled")
+    data = tmp_path / "calib.txt"
+    data.write_text("one line\nanother line\n")
+    assert calibration_files(QuantizeStep(dataset=f"{data}#1"), ctx) == ([data], "dataset")
+    calib, held, disjoint = split_held_out([f"row {i}" for i in range(40)], samples=100)
+    assert disjoint and len(held) == 5 and not set(calib) & set(held) and len(calib) == 35
+
+
+def test_group_size_is_fitted_to_layer_widths(toy_dir):
+    from swiftbox.pipelines.quantize import fit_group_size, layer_widths
+
+    assert layer_widths(toy_dir) == {128, 256}
+    assert fit_group_size(128, {128, 256}) == (128, None)
+    size, note = fit_group_size(128, {96, 192})
+    assert size == 32 and "96" in note
+    assert fit_group_size(128, {100})[0] == -1
+    assert fit_group_size(-1, {100}) == (-1, None)
+
+
+def test_bnb_load_configs(toy_dir):
+    import torch
+
+    from swiftbox.device import NpuPlatform, current_platform
+    from swiftbox.loading import bnb_config, load_model, resolve_spec
+
+    cpu = current_platform("cpu")
+    four = bnb_config("bnb-4bit", cpu)
+    assert four.load_in_4bit and four.bnb_4bit_quant_type == "nf4" and four.bnb_4bit_compute_dtype == torch.float32
+    assert bnb_config("bnb-8bit", cpu).load_in_8bit
+    with pytest.raises(UserError):
+        bnb_config("bnb-3bit", cpu)
+    with pytest.raises(Unsupported):
+        bnb_config("bnb-4bit", NpuPlatform())
+    model = load_model(resolve_spec(str(toy_dir)), cpu, "float32", quantization_config=four)
+    assert "4bit" in type(model.model.layers[0].mlp.down_proj).__name__
+    with torch.no_grad():
+        assert torch.isfinite(model(input_ids=torch.tensor([[5, 6, 7]])).logits).all()
+
+
+def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypatch):
+    import torch
+
+    from swiftbox import loading
+    from swiftbox.device import current_platform
+
+    monkeypatch.setattr(loading, "transformers_loads_gptq", lambda: False)
+    spec = loading.resolve_spec(str(gptq4[0]))
+    assert spec.quantized == "gptq"
+    model = loading.load_model(spec, current_platform("cpu"), "float32")  # float32 asked, 16-bit kernels used
+    assert model.dtype == torch.bfloat16 and type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
+    _generate(model, loading.load_tokenizer(spec))
