@@ -32,11 +32,7 @@ def run(cfg, ctx):
     rows = data.load_sft(cfg.dataset, cfg.seed)
     eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
 
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
     from swiftbox.training import callbacks, checkpoints, curves
-    from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training, trainable_parameters
 
     callbacks.silence_libraries()
@@ -49,20 +45,8 @@ def run(cfg, ctx):
     evals = data.tokenize_sft(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
 
     ckpt_dir = ctx.work_dir / "checkpoints"
-    args = SFTConfig(
-        **common_args(cfg, ctx, dtype, ckpt_dir),
-        padding_free=cfg.packing,                  # flatten each batch: no pad tokens, per-sample position_ids
-        packing=False,
-        max_length=None if cfg.packing else cfg.max_length,   # rows are already truncated by data.tokenize_sft
-        dataset_kwargs={"skip_prepare_dataset": True},
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        eval_strategy="epoch" if evals else "no",
-    )
-    trainer = SFTTrainer(model=tm.model, args=args, processing_class=tm.tokenizer,
-                         train_dataset=Dataset.from_list(_with_length(train)),
-                         eval_dataset=Dataset.from_list(_with_length(evals)) if evals else None,
-                         callbacks=callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
-    callbacks.quiet(trainer)
+    trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, evals, ckpt_dir,
+                           callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
@@ -86,6 +70,31 @@ def run(cfg, ctx):
             metrics["loss_curve"] = "loss.png"
     artifact = "model" if cfg.method == "full" else "adapter"
     return _result(metrics, artifact, tm, cfg, state.log_history)
+
+
+def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extra_callbacks):
+    """SFTTrainer over pre-tokenized rows ({input_ids, labels}); also what `bench sft` measures."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from swiftbox.training import callbacks
+    from swiftbox.training.arguments import common_args
+
+    args = SFTConfig(
+        **common_args(cfg, ctx, dtype, ckpt_dir),
+        padding_free=cfg.packing,                  # flatten each batch: no pad tokens, per-sample position_ids
+        packing=False,
+        max_length=None if cfg.packing else cfg.max_length,   # rows are already truncated by data.tokenize_sft
+        dataset_kwargs={"skip_prepare_dataset": True},
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        eval_strategy="epoch" if evals else "no",
+    )
+    trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer,
+                         train_dataset=Dataset.from_list(_with_length(train)),
+                         eval_dataset=Dataset.from_list(_with_length(evals)) if evals else None,
+                         callbacks=extra_callbacks)
+    callbacks.quiet(trainer)
+    return trainer
 
 
 def save_artifact(trainer, tm, ctx, selected):
