@@ -27,8 +27,9 @@ def run(cfg, ctx):
     if relaunched is not None:
         return relaunched
     dtype = ctx.dtype(cfg.dtype)
-    if cfg.method == "qlora":
-        ctx.platform.require("qlora-bnb")
+    from swiftbox.training.model import require_method
+
+    require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
     loss_types = [t.strip() for t in cfg.loss_type.split(",") if t.strip()]
     unknown = [t for t in loss_types if t not in LOSS_TYPES]
     if unknown or not loss_types:

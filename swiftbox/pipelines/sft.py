@@ -24,8 +24,9 @@ def run(cfg, ctx):
         return relaunched
     log = _log
     dtype = ctx.dtype(cfg.dtype)
-    if cfg.method == "qlora":
-        ctx.platform.require("qlora-bnb")           # refuse before any work (exit 3 names the alternative)
+    from swiftbox.training.model import require_method
+
+    require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
 
     from swiftbox import data
 

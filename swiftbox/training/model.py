@@ -22,6 +22,23 @@ class TrainModel:
     continued: Optional[str]   # the adapter artifact training continues from, if any
 
 
+def require_method(cfg, ctx) -> None:
+    """Refuse a method this platform cannot run (QLoRA on NPU: exit 3 naming LoRA) before any work; the
+    empty work dir the runner made is removed so nothing is left behind."""
+    if cfg.method != "qlora":
+        return
+    from swiftbox.errors import Unsupported
+
+    try:
+        ctx.platform.require("qlora-bnb")
+    except Unsupported:
+        try:
+            ctx.work_dir.rmdir()
+        except OSError:
+            pass
+        raise
+
+
 def quantization_config(method: str, dtype: str, platform):
     if method != "qlora":
         return None
