@@ -90,12 +90,31 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         eval_strategy="epoch" if evals else "no",
     )
+    score_only_label_positions()
     trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer,
                          train_dataset=Dataset.from_list(_with_length(train)),
                          eval_dataset=Dataset.from_list(_with_length(evals)) if evals else None,
                          callbacks=extra_callbacks)
     callbacks.quiet(trainer)
     return trainer
+
+
+def score_only_label_positions() -> None:
+    """TRL's fused LM head scores only the positions that carry a label (assistant tokens) on Triton
+    devices, and every position elsewhere (a recompilation concern of Neuron devices, not of CPU/NPU eager
+    mode). Prompt tokens make up much of chat SFT data, so score only labelled positions everywhere: same
+    loss, less LM-head work. The decision is the one module-level probe `trl.trainer.utils._use_triton`."""
+    import trl.trainer.utils as trl_utils
+
+    probe = getattr(trl_utils, "_use_triton", None)
+    if probe is None or getattr(probe, "_swiftbox", False):
+        return
+
+    def compact(device) -> bool:
+        return True
+
+    compact._swiftbox = True
+    trl_utils._use_triton = compact
 
 
 def save_artifact(trainer, tm, ctx, selected):
