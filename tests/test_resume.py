@@ -8,10 +8,23 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from swiftbox.artifacts import MANIFEST, read_manifest
 from tests.conftest import ROOT
 
-MAX_STEPS = 60
+MAX_STEPS = 40
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Like the child process (OMP_NUM_THREADS=1): a tiny model gains nothing from threads on a shared box."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def test_kill_9_then_resume_completes(tmp_path):
