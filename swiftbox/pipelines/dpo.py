@@ -26,10 +26,10 @@ def run(cfg, ctx):
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
-    dtype = ctx.dtype(cfg.dtype)
     from swiftbox.training.model import require_method
 
     require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
+    dtype = ctx.dtype(cfg.dtype)
     loss_types = [t.strip() for t in cfg.loss_type.split(",") if t.strip()]
     unknown = [t for t in loss_types if t not in LOSS_TYPES]
     if unknown or not loss_types:
@@ -44,16 +44,16 @@ def run(cfg, ctx):
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    from swiftbox.pipelines.sft import _log, _result, save_artifact
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training, trainable_parameters
+    from swiftbox.training.outputs import log, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
     pairs, dropped = data.drop_truncated_pairs(rows, tm.tokenizer, cfg.max_length)
     if dropped:
-        _log(f"dpo: dropped {dropped} pair(s) whose chosen/rejected answer keeps no token within max_length "
+        log(f"dpo: dropped {dropped} pair(s) whose chosen/rejected answer keeps no token within max_length "
              f"{cfg.max_length}")
     if not pairs:
         raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length {cfg.max_length}")
@@ -71,7 +71,7 @@ def run(cfg, ctx):
     reference = "frozen copy of the starting model"
     if cfg.method != "full":
         reference = use_reference_adapter(trainer.model, cfg.ref_adapter, tm.continued)
-    resume = checkpoints.resume_point(cfg, ckpt_dir, _log)
+    resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
     output = trainer.train(resume_from_checkpoint=resume)
@@ -94,7 +94,7 @@ def run(cfg, ctx):
         keys = ("loss", "rewards/margins", "rewards/accuracies")
         if curves.plot(history, ctx.work_dir / "loss.png", keys, f"dpo {cfg.method} (beta {cfg.beta})"):
             metrics["loss_curve"] = "loss.png"
-    result = _result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, history)
+    result = step_result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, history)
     result.info["reference"] = reference
     return result
 

@@ -8,7 +8,6 @@ loss curve and TensorBoard events into the step's work dir.
 """
 from __future__ import annotations
 
-import sys
 import time
 
 from swiftbox.errors import UserError
@@ -22,11 +21,10 @@ def run(cfg, ctx):
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
-    log = _log
-    dtype = ctx.dtype(cfg.dtype)
     from swiftbox.training.model import require_method
 
     require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
+    dtype = ctx.dtype(cfg.dtype)
 
     from swiftbox import data
 
@@ -34,6 +32,7 @@ def run(cfg, ctx):
     eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
 
     from swiftbox.training import callbacks, checkpoints, curves
+    from swiftbox.training.outputs import log, save_artifact, step_result
     from swiftbox.training.model import load_for_training, trainable_parameters
 
     callbacks.silence_libraries()
@@ -70,7 +69,7 @@ def run(cfg, ctx):
         if curves.plot(state.log_history, ctx.work_dir / "loss.png", ("loss", "eval_loss"), f"sft {cfg.method}"):
             metrics["loss_curve"] = "loss.png"
     artifact = "model" if cfg.method == "full" else "adapter"
-    return _result(metrics, artifact, tm, cfg, state.log_history)
+    return step_result(metrics, artifact, tm, cfg, state.log_history)
 
 
 def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extra_callbacks):
@@ -117,35 +116,6 @@ def score_only_label_positions() -> None:
     trl_utils._use_triton = compact
 
 
-def save_artifact(trainer, tm, ctx, selected):
-    """Adapter (or full model) + tokenizer into the work dir, safetensors only; checkpoints removed."""
-    import shutil
-
-    model = trainer.model
-    model.config.use_cache = True            # training turned it off; inference wants it back
-    if selected is not None:
-        model.save_pretrained(str(ctx.work_dir), selected_adapters=selected, safe_serialization=True)
-    else:
-        model.save_pretrained(str(ctx.work_dir), safe_serialization=True)
-    tm.tokenizer.save_pretrained(str(ctx.work_dir))
-    shutil.rmtree(ctx.work_dir / "checkpoints", ignore_errors=True)
-
-
-def _result(metrics, artifact, tm, cfg, log_history):
-    from swiftbox.runner import StepResult
-
-    datasets = [cfg.dataset] if isinstance(cfg.dataset, str) else list(cfg.dataset)
-    info = {"artifact": artifact, "method": cfg.method, "datasets": datasets,
-            "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float))} for e in log_history]}
-    if artifact == "adapter":
-        info["base_model"] = tm.base_ref
-        if cfg.method == "qlora":
-            info["trained_on"] = "bitsandbytes nf4 base; merge onto the un-quantized base"
-    if tm.continued:
-        info["continued_from"] = tm.continued
-    return StepResult(metrics=metrics, info=info)
-
-
 def _with_length(rows):
     return [dict(r, length=len(r["input_ids"])) for r in rows]
 
@@ -155,7 +125,3 @@ def _tokens_at_start(trainer) -> int:
         if hasattr(cb, "tokens_start"):
             return cb.tokens_start
     return 0
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
