@@ -98,6 +98,9 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
             model = PeftModel.from_pretrained(model, continued, is_trainable=True)
     if cfg.method != "full" and continued is None:
         from peft import get_peft_model
+        from transformers import set_seed
+
+        set_seed(cfg.seed)            # the adapter's initial weights follow the step's seed, not earlier steps
 
         model = get_peft_model(model, lora_config(cfg))
     # No KV cache while training: besides wasting memory, a cache makes transformers skip the packed-sequence
