@@ -1,0 +1,127 @@
+"""Supervised fine-tuning: LoRA / QLoRA / DoRA / full, on TRL's SFTTrainer.
+
+The whole flow, top to bottom: check the method is possible here -> read and normalise the data ->
+load the model (adapter / 4-bit / full) -> tokenize with the tokenizer's chat template (loss on assistant
+tokens only) -> SFTTrainer with padding-free packing (each batch flattened into one sequence, position_ids
+restarting per sample so attention stays within each sample) -> save the adapter (or full model), the
+loss curve and TensorBoard events into the step's work dir.
+"""
+from __future__ import annotations
+
+import time
+
+from swiftbox.errors import UserError
+
+PRODUCES_MODEL = True
+
+
+def run(cfg, ctx):
+    from swiftbox.distributed import is_main_process, maybe_relaunch
+
+    relaunched = maybe_relaunch(cfg, ctx)
+    if relaunched is not None:
+        return relaunched
+    from swiftbox.training.model import require_method
+
+    require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
+    dtype = ctx.dtype(cfg.dtype)
+
+    from swiftbox import data
+
+    rows = data.load_sft(cfg.dataset, cfg.seed)
+    eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
+
+    from swiftbox.training import callbacks, checkpoints, curves
+    from swiftbox.training.outputs import log, save_artifact, step_result
+    from swiftbox.training.model import load_for_training, trainable_parameters
+
+    callbacks.silence_libraries()
+    tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
+    train, dropped = data.tokenize_sft(rows, tm.tokenizer, cfg.max_length)
+    if not train:
+        raise UserError(f"dataset {cfg.dataset}: no row keeps an assistant token within max_length {cfg.max_length}")
+    if dropped:
+        log(f"sft: dropped {dropped} row(s) with no assistant token left after truncation to {cfg.max_length}")
+    evals = data.tokenize_sft(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
+
+    ckpt_dir = ctx.work_dir / "checkpoints"
+    trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, evals, ckpt_dir,
+                           callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
+    resume = checkpoints.resume_point(cfg, ckpt_dir, log)
+    ctx.platform.reset_peak_memory()
+    started = time.time()
+    output = trainer.train(resume_from_checkpoint=resume)
+    seconds = time.time() - started
+    state = trainer.state
+
+    metrics = {"train_loss": round(float(output.training_loss), 6),
+               **curves.first_last(state.log_history, "loss", "loss")}
+    if evals:
+        metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
+    trainable, total = trainable_parameters(tm.model)
+    tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
+    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, train_seconds=round(seconds, 2),
+                   tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
+                   total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
+                   resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    if is_main_process():
+        save_artifact(trainer, tm, ctx, selected=None)
+        if curves.plot(state.log_history, ctx.work_dir / "loss.png", ("loss", "eval_loss"), f"sft {cfg.method}"):
+            metrics["loss_curve"] = "loss.png"
+    artifact = "model" if cfg.method == "full" else "adapter"
+    return step_result(metrics, artifact, tm, cfg, state.log_history)
+
+
+def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extra_callbacks):
+    """SFTTrainer over pre-tokenized rows ({input_ids, labels}); also what `bench sft` measures."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from swiftbox.training import callbacks
+    from swiftbox.training.arguments import common_args
+
+    args = SFTConfig(
+        **common_args(cfg, ctx, dtype, ckpt_dir),
+        padding_free=cfg.packing,                  # flatten each batch: no pad tokens, per-sample position_ids
+        packing=False,
+        max_length=None if cfg.packing else cfg.max_length,   # rows are already truncated by data.tokenize_sft
+        dataset_kwargs={"skip_prepare_dataset": True},
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        eval_strategy="epoch" if evals else "no",
+    )
+    score_only_label_positions()
+    trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer,
+                         train_dataset=Dataset.from_list(_with_length(train)),
+                         eval_dataset=Dataset.from_list(_with_length(evals)) if evals else None,
+                         callbacks=extra_callbacks)
+    callbacks.quiet(trainer)
+    return trainer
+
+
+def score_only_label_positions() -> None:
+    """TRL's fused LM head scores only the positions that carry a label (assistant tokens) on Triton
+    devices, and every position elsewhere (a recompilation concern of Neuron devices, not of CPU/NPU eager
+    mode). Prompt tokens make up much of chat SFT data, so score only labelled positions everywhere: same
+    loss, less LM-head work. The decision is the one module-level probe `trl.trainer.utils._use_triton`."""
+    import trl.trainer.utils as trl_utils
+
+    probe = getattr(trl_utils, "_use_triton", None)
+    if probe is None or getattr(probe, "_swiftbox", False):
+        return
+
+    def compact(device) -> bool:
+        return True
+
+    compact._swiftbox = True
+    trl_utils._use_triton = compact
+
+
+def _with_length(rows):
+    return [dict(r, length=len(r["input_ids"])) for r in rows]
+
+
+def _tokens_at_start(trainer) -> int:
+    for cb in trainer.callback_handler.callbacks:
+        if hasattr(cb, "tokens_start"):
+            return cb.tokens_start
+    return 0

@@ -1,0 +1,38 @@
+"""The transformers/TRL trainer arguments every training step shares, from a TrainBase config.
+
+Precision flags come from the platform (use_cpu / bf16 / fp16); logging goes to our own callbacks
+(rich progress, TensorBoard under <output>/tensorboard), not to tqdm.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
+    return dict(
+        output_dir=str(checkpoints),
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        warmup_steps=cfg.warmup_ratio,          # a float < 1 is a ratio of the total steps
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type=cfg.lr_scheduler,
+        gradient_checkpointing=False,           # enabled on the model itself (see training.model)
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        logging_strategy="steps",
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        report_to="none",
+        disable_tqdm=True,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        **ctx.platform.training_args(dtype),
+    )

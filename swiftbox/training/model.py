@@ -1,0 +1,119 @@
+"""Load the model a training step starts from, ready to train: LoRA / DoRA adapters, QLoRA
+(bitsandbytes NF4 + prepare_model_for_kbit_training) or full fine-tuning.
+
+An input that is an adapter artifact is continued: earlier adapters in its chain are merged in and
+the last one is loaded trainable (so DPO after SFT trains the SFT adapter further).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from swiftbox.errors import UserError
+from swiftbox.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
+
+
+@dataclass
+class TrainModel:
+    model: object              # a PeftModel (lora/qlora/dora) or the plain model (full)
+    tokenizer: object
+    spec: ModelSpec
+    base_ref: str              # what the trained adapter sits on (for its manifest)
+    continued: Optional[str]   # the adapter artifact training continues from, if any
+
+
+def require_method(cfg, ctx) -> None:
+    """Refuse a method this platform cannot run (QLoRA on NPU: exit 3 naming LoRA) before any work; the
+    empty work dir the runner made is removed so nothing is left behind."""
+    if cfg.method != "qlora":
+        return
+    from swiftbox.errors import Unsupported
+
+    try:
+        ctx.platform.require("qlora-bnb")
+    except Unsupported:
+        try:
+            ctx.work_dir.rmdir()
+        except OSError:
+            pass
+        raise
+
+
+def quantization_config(method: str, dtype: str, platform):
+    if method != "qlora":
+        return None
+    platform.require("qlora-bnb")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch_dtype(dtype))
+
+
+def lora_config(cfg):
+    from peft import LoraConfig
+
+    targets = cfg.lora.targets
+    return LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=targets, use_dora=cfg.method == "dora", task_type="CAUSAL_LM")
+
+
+def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
+    from transformers import AutoModelForCausalLM
+
+    from swiftbox.peft_compat import patch_peft_gptq_probe
+
+    patch_peft_gptq_probe()
+    spec = resolve_spec(ref)
+    if spec.quantized:
+        raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
+                        f"model (method: qlora quantizes on the fly)")
+    qconf = quantization_config(cfg.method, dtype, platform)
+    tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
+    kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=cfg.trust_remote_code, use_safetensors=True,
+                  device_map=platform.device_map())
+    if qconf is not None:
+        kwargs["quantization_config"] = qconf
+    try:
+        model = AutoModelForCausalLM.from_pretrained(spec.base, **kwargs)
+    except OSError as exc:
+        raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
+    if qconf is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    if model.generation_config is not None and tokenizer.pad_token_id is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    base_ref, continued = ref, None
+    adapters = list(spec.adapters)
+    if adapters:
+        from peft import PeftModel
+
+        keep_last = cfg.method != "full"
+        for adapter in adapters[:-1] if keep_last else adapters:
+            model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        if keep_last:
+            continued = str(adapters[-1])
+            base_ref = adapter_base_ref(adapters[-1])
+            model = PeftModel.from_pretrained(model, continued, is_trainable=True)
+    if cfg.method != "full" and continued is None:
+        from peft import get_peft_model
+        from transformers import set_seed
+
+        set_seed(cfg.seed)            # the adapter's initial weights follow the step's seed, not earlier steps
+
+        model = get_peft_model(model, lora_config(cfg))
+    # No KV cache while training: besides wasting memory, a cache makes transformers skip the packed-sequence
+    # detection from position_ids, and padding-free batches would then attend across sample boundaries.
+    model.config.use_cache = False
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    return TrainModel(model=model, tokenizer=tokenizer, spec=spec, base_ref=base_ref, continued=continued)
+
+
+def trainable_parameters(model) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total

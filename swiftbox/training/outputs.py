@@ -1,0 +1,37 @@
+"""What a training step leaves behind: the adapter (or full model) and tokenizer in the work dir, and the
+StepResult whose info goes into the manifest (artifact kind, base model, method, datasets, log history)."""
+from __future__ import annotations
+
+import shutil
+import sys
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def save_artifact(trainer, tm, ctx, selected):
+    """Adapter (or full model) + tokenizer into the work dir, safetensors only; checkpoints removed."""
+    model = trainer.model
+    model.config.use_cache = True            # training turned it off; inference wants it back
+    if selected is not None:
+        model.save_pretrained(str(ctx.work_dir), selected_adapters=selected, safe_serialization=True)
+    else:
+        model.save_pretrained(str(ctx.work_dir), safe_serialization=True)
+    tm.tokenizer.save_pretrained(str(ctx.work_dir))
+    shutil.rmtree(ctx.work_dir / "checkpoints", ignore_errors=True)
+
+
+def step_result(metrics, artifact, tm, cfg, log_history):
+    from swiftbox.runner import StepResult
+
+    datasets = [cfg.dataset] if isinstance(cfg.dataset, str) else list(cfg.dataset)
+    info = {"artifact": artifact, "method": cfg.method, "datasets": datasets,
+            "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float))} for e in log_history]}
+    if artifact == "adapter":
+        info["base_model"] = tm.base_ref
+        if cfg.method == "qlora":
+            info["trained_on"] = "bitsandbytes nf4 base; merge onto the un-quantized base"
+    if tm.continued:
+        info["continued_from"] = tm.continued
+    return StepResult(metrics=metrics, info=info)
