@@ -22,13 +22,12 @@ LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_
 
 def run(cfg, ctx):
     from swiftbox.distributed import is_main_process, maybe_relaunch
+    from swiftbox.training.model import require_method
 
+    require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
-    from swiftbox.training.model import require_method
-
-    require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
     dtype = ctx.dtype(cfg.dtype)
     loss_types = [t.strip() for t in cfg.loss_type.split(",") if t.strip()]
     unknown = [t for t in loss_types if t not in LOSS_TYPES]
@@ -89,8 +88,8 @@ def run(cfg, ctx):
                    train_seconds=round(seconds, 2), trainable_params=trainable, total_params=total,
                    peak_memory_bytes=ctx.platform.max_memory_allocated(),
                    resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])  # every rank
     if is_main_process():
-        save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])
         keys = ("loss", "rewards/margins", "rewards/accuracies")
         if curves.plot(history, ctx.work_dir / "loss.png", keys, f"dpo {cfg.method} (beta {cfg.beta})"):
             metrics["loss_curve"] = "loss.png"

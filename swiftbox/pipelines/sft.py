@@ -17,13 +17,12 @@ PRODUCES_MODEL = True
 
 def run(cfg, ctx):
     from swiftbox.distributed import is_main_process, maybe_relaunch
+    from swiftbox.training.model import require_method
 
+    require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
-    from swiftbox.training.model import require_method
-
-    require_method(cfg, ctx)                         # refuse before any work (exit 3 names the alternative)
     dtype = ctx.dtype(cfg.dtype)
 
     from swiftbox import data
@@ -64,8 +63,8 @@ def run(cfg, ctx):
                    tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
                    total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
                    resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    save_artifact(trainer, tm, ctx, selected=None)   # every rank: ZeRO-3 gathers collectively
     if is_main_process():
-        save_artifact(trainer, tm, ctx, selected=None)
         if curves.plot(state.log_history, ctx.work_dir / "loss.png", ("loss", "eval_loss"), f"sft {cfg.method}"):
             metrics["loss_curve"] = "loss.png"
     artifact = "model" if cfg.method == "full" else "adapter"

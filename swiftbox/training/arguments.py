@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from swiftbox.distributed_args import training_arguments_extra
+
 
 def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
     return dict(
@@ -35,4 +37,5 @@ def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
         dataloader_num_workers=0,
         remove_unused_columns=False,
         **ctx.platform.training_args(dtype),
+        **training_arguments_extra(cfg, ctx.platform),   # ddp backend, deepspeed / fsdp
     )

@@ -39,14 +39,16 @@ def require_method(cfg, ctx) -> None:
         raise
 
 
-def quantization_config(method: str, dtype: str, platform):
-    if method != "qlora":
+def quantization_config(cfg, dtype: str, platform):
+    if cfg.method != "qlora":
         return None
     platform.require("qlora-bnb")
     from transformers import BitsAndBytesConfig
 
+    from swiftbox.distributed_args import quantization_extra
+
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=torch_dtype(dtype))
+                              bnb_4bit_compute_dtype=torch_dtype(dtype), **quantization_extra(cfg, torch_dtype(dtype)))
 
 
 def lora_config(cfg):
@@ -67,10 +69,14 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
     if spec.quantized:
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
                         f"model (method: qlora quantizes on the fly)")
-    qconf = quantization_config(cfg.method, dtype, platform)
+    qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
-    kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=cfg.trust_remote_code, use_safetensors=True,
-                  device_map=platform.device_map())
+    from swiftbox.distributed_args import model_device_map
+
+    kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=cfg.trust_remote_code, use_safetensors=True)
+    device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP
+    if device_map is not None:
+        kwargs["device_map"] = device_map
     if qconf is not None:
         kwargs["quantization_config"] = qconf
     try:

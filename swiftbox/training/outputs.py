@@ -11,15 +11,26 @@ def log(msg: str) -> None:
 
 
 def save_artifact(trainer, tm, ctx, selected):
-    """Adapter (or full model) + tokenizer into the work dir, safetensors only; checkpoints removed."""
+    """Adapter (or full model) + tokenizer into the work dir, safetensors only; checkpoints removed.
+
+    Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
+    `trainer.save_model`; only rank 0 writes files.
+    """
+    from swiftbox.distributed import is_main_process
+
     model = trainer.model
     model.config.use_cache = True            # training turned it off; inference wants it back
-    if selected is not None:
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        trainer.save_model(str(ctx.work_dir))
+    elif not is_main_process():
+        return
+    elif selected is not None:
         model.save_pretrained(str(ctx.work_dir), selected_adapters=selected, safe_serialization=True)
     else:
         model.save_pretrained(str(ctx.work_dir), safe_serialization=True)
-    tm.tokenizer.save_pretrained(str(ctx.work_dir))
-    shutil.rmtree(ctx.work_dir / "checkpoints", ignore_errors=True)
+    if is_main_process():
+        tm.tokenizer.save_pretrained(str(ctx.work_dir))
+        shutil.rmtree(ctx.work_dir / "checkpoints", ignore_errors=True)
 
 
 def step_result(metrics, artifact, tm, cfg, log_history):
