@@ -24,6 +24,7 @@ def build_app(backend, *, api_key: str | None = None, max_body: int = MAX_BODY):
 
     app = FastAPI(title="swiftbox", version="1", description="OpenAI-compatible API served by swiftbox")
     install_handlers(app)
+    app.add_middleware(Guard, api_key=api_key, max_body=max_body)
     app.state.backend = backend
 
     def check_model(name: str) -> None:
