@@ -75,3 +75,22 @@ def test_foreground_server_stops_on_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_adapter_artifact_as_input_serves_adapter_and_base(toy_dir, tmp_path):
+    """An adapter dir as the model: served under its own name beside its base (from swiftbox.json)."""
+    import openai
+
+    from tests.serve_fixtures import make_adapter
+
+    adapter = make_adapter(toy_dir, tmp_path / "myadapter", seed=3)
+    (adapter / "swiftbox.json").write_text(json.dumps({"artifact": "adapter", "base_model": "toy"}))
+    server, names, stop = start_server(str(adapter), api_key=KEY)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["toy", "myadapter"] and names.primary == "myadapter"
+        ask = lambda m: client.chat.completions.create(model=m, messages=[{"role": "user", "content": "Is 8 even?"}],
+                                                       max_tokens=8, temperature=0).choices[0].message.content
+        assert ask("myadapter") != ask("toy")
+    finally:
+        stop()
