@@ -89,15 +89,28 @@ def test_adapters_answer_differently(client):
 
 
 def test_mixed_adapter_batch_does_not_corrupt(client, aclient):
-    solo = {m: greedy(client, m, 16) for m in ("toy", "alpha", "beta")}
+    """Different adapters and prompt lengths in one batch (left padding, staggered admission) give the
+    same greedy answers as each request alone."""
+    prompts = ["Is 12 even?", "Is 12345 odd? Tell me about the quick brown fox and the lazy dog.", "hi"]
+    jobs = [(m, p) for m, p in zip(("alpha", "beta", "toy", "beta", "alpha", "toy"), prompts * 2)]
+
+    def ask_solo(m, p):
+        return client.chat.completions.create(model=m, messages=[{"role": "user", "content": p}], max_tokens=16,
+                                              temperature=0).choices[0].message.content
+
+    solo = {job: ask_solo(*job) for job in set(jobs)}
 
     async def together():
-        jobs = [aclient.chat.completions.create(model=m, messages=MSG, max_tokens=16, temperature=0)
-                for m in ("alpha", "beta", "toy", "beta", "alpha", "toy")]
-        return [(r.model, r.choices[0].message.content) for r in await asyncio.gather(*jobs)]
+        async def ask(i, m, p):
+            await asyncio.sleep(0.05 * i)
+            r = await aclient.chat.completions.create(model=m, messages=[{"role": "user", "content": p}],
+                                                      max_tokens=16, temperature=0)
+            return (m, p), r.choices[0].message.content
+        return await asyncio.gather(*[ask(i, m, p) for i, (m, p) in enumerate(jobs)])
 
-    for model, text in asyncio.run(together()):
-        assert text == solo[model], model
+    for job, text in asyncio.run(together()):
+        assert text == solo[job], job
+    assert len({solo[j] for j in jobs}) > 3
 
 
 def test_stop_sequences(client):
