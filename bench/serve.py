@@ -65,11 +65,11 @@ def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
 
 
 def request_set(n: int, seed: int = 0) -> list[dict]:
-    """Varied prompt lengths (16..256 words) and output lengths (16..64 tokens), fixed by the seed."""
+    """Varied prompt lengths (16..128 words) and output lengths (16..64 tokens), fixed by the seed."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        words = " ".join(f"w{rng.randrange(1000, 150000)}" for _ in range(rng.choice([16, 48, 96, 160, 256])))
+        words = " ".join(f"w{rng.randrange(1000, 150000)}" for _ in range(rng.choice([16, 32, 64, 128])))
         out.append({"messages": [{"role": "user", "content": words}], "max_tokens": rng.choice([16, 32, 48, 64])})
     return out
 

@@ -6,7 +6,7 @@ PEFT's per-row `adapter_names` cannot pick a LoRA adapter per request; it has no
 stop strings, penalties or `n`. So this is a compact scheduler instead:
 
 - a background thread owns the model. Each iteration it admits waiting requests into free slots
-  (one batched, left-padded prefill for all newcomers), then runs ONE decode step for every active
+  (each prompt prefilled on its own, then merged into the batch), then runs ONE decode step for every active
   sequence together, with a shared left-padded `DynamicCache`, an attention mask and explicit
   position ids per row;
 - each row names its adapter (`adapter_names=[...]`, "__base__" for the base model), so requests for
@@ -185,22 +185,23 @@ class BuiltinEngine:
         return out.logits[:, -1, :], out.past_key_values
 
     def _prefill(self, seqs: list[Sequence]) -> None:
+        """Prompts are prefilled one at a time: on a compute-bound device a padded batch of prompts costs
+        the padding too, and prefill gains little from batching; each result joins the running batch."""
         import torch
         from transformers import DynamicCache
 
-        self.stats["prefills"] += 1
-        longest = max(len(s.prompt_ids) for s in seqs)
-        ids = torch.full((len(seqs), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), longest), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, longest - len(s.prompt_ids):] = torch.tensor(s.prompt_ids)
-            mask[i, longest - len(s.prompt_ids):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         dev = self.device
-        logits, cache = self._forward(ids.to(dev), mask.to(dev), positions.to(dev), DynamicCache(),
-                                      [s.adapter for s in seqs])
-        self._merge(cache, mask.to(dev), seqs)
-        self._sample(logits, seqs)
+        for seq in seqs:
+            if seq.cancelled:
+                self._finish(seq, "cancelled")
+                continue
+            self.stats["prefills"] += 1
+            ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=dev)
+            mask = torch.ones_like(ids)
+            positions = torch.arange(ids.shape[1], device=dev).unsqueeze(0)
+            logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            self._merge(cache, mask, [seq])
+            self._sample(logits, [seq])
 
     def _merge(self, cache, mask, seqs) -> None:
         """Append rows (their cache + mask) to the running batch, left-padding to a common length."""
