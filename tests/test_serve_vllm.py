@@ -43,7 +43,7 @@ def test_plan_flags(tmp_path):
     assert _flag(argv, "--served-model-name") == "base" and _flag(argv, "--dtype") == "bfloat16"
     assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--max-model-len") == "4096"
     assert _flag(argv, "--api-key") == p.internal_key != "outer"  # the outer key never reaches the child
-    assert "--enable-lora" in argv and "--trust-remote-code" in argv
+    assert "--enable-lora" in argv and "--trust-remote-code" in argv and "--max-num-seqs" not in argv
     i = argv.index("--lora-modules")
     assert argv[i + 1:i + 3] == [f"a={loras['a']}", f"b={loras['b']}"]
     assert _flag(argv, "--max-lora-rank") == "32"
@@ -60,6 +60,9 @@ def test_plan_on_ascend_uses_spawn_and_visible_devices():
     assert p.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5,6,7"
     assert p.package == "vllm_ascend"
+    p = plan(ServeStep(max_batch_size=64), NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16",
+             port=1, executable=["vllm"])
+    assert _flag(p.argv, "--max-num-seqs") == "64"
 
 
 def test_engine_choice_on_cpu():

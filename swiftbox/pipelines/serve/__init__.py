@@ -38,8 +38,8 @@ def _short(ref: str) -> str:
 def served_names(cfg, ref: str, spec) -> Names:
     extra = dict(cfg.adapters or {})
     for name, path in extra.items():
-        if not name or "/" in name and Path(name).exists():
-            raise UserError(f"adapters: bad adapter name {name!r}; expected name=path")
+        if not name or any(c.isspace() for c in name):
+            raise UserError(f"adapters: bad adapter name {name!r}; expected name=path with a non-empty name")
         if not (Path(path) / "adapter_config.json").is_file():
             raise UserError(f"adapters.{name}: {path} is not a LoRA adapter directory (no adapter_config.json)")
     if spec.adapters:

@@ -73,8 +73,8 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
         argv += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.trust_remote_code:
         argv.append("--trust-remote-code")
-    if cfg.max_batch_size:
-        argv += ["--max-num-seqs", str(max(cfg.max_batch_size, 1))]
+    if "max_batch_size" in cfg.model_fields_set:  # only when asked: vLLM's own default suits a GPU far better
+        argv += ["--max-num-seqs", str(cfg.max_batch_size)]
     if cfg.quantization == "bnb-4bit":
         argv += ["--quantization", "bitsandbytes"]
     notes = []
