@@ -179,6 +179,7 @@ class ServeStep(StepBase):
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
+    startup_timeout: int = Field(900, ge=1, description="vLLM engine: seconds to wait for the child to be healthy")
 
     @field_validator("adapters", mode="before")
     @classmethod

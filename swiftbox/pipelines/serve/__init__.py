@@ -1,0 +1,163 @@
+"""serve: one OpenAI-compatible server, two engines (built-in continuous batching, or vLLM as a child).
+
+    ./launch.sh serve MODEL [--adapters name=path ...] [--engine auto|builtin|vllm] [--port 0] [--smoke]
+
+`run(cfg, ctx)` blocks until Ctrl-C/SIGTERM, or with `smoke: true` starts on a free port, asks one
+question through the official openai client, checks the answer and stops. The pieces:
+protocol.py (request schema) · errors.py (OpenAI error shape) · guard.py (API key, body limit) ·
+app.py (routes) · engine_builtin.py + backend_builtin.py + sampling.py + textstream.py (built-in
+engine) · engine_vllm.py (vLLM plan, child process, proxy) · server.py (uvicorn) · smoke.py.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from swiftbox.errors import UserError
+
+PRODUCES_MODEL = False
+
+
+@dataclass
+class Names:
+    """What the served models are called: the base, the input adapter (if the input is one), extra adapters."""
+
+    base: str
+    primary: str                    # what a client asks for by default (the step's own model)
+    loras: dict[str, str] = field(default_factory=dict)   # name -> adapter dir, input adapter first
+
+
+def _short(ref: str) -> str:
+    p = Path(ref)
+    return p.name if (p.is_dir() or os.sep in ref) and p.name else ref
+
+
+def served_names(cfg, ref: str, spec) -> Names:
+    extra = dict(cfg.adapters or {})
+    for name, path in extra.items():
+        if not name or any(c.isspace() for c in name):
+            raise UserError(f"adapters: bad adapter name {name!r}; expected name=path with a non-empty name")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise UserError(f"adapters.{name}: {path} is not a LoRA adapter directory (no adapter_config.json)")
+    if spec.adapters:
+        base = _short(spec.base_ref)
+        primary = cfg.served_model_name or _short(ref)
+        if primary == base:
+            base = f"{base}-base"
+        loras = {primary: str(spec.adapters[-1]), **extra}
+    else:
+        base = cfg.served_model_name or _short(ref)
+        primary, loras = base, extra
+    if base in extra:
+        raise UserError(f"adapters: the name {base!r} is the base model's; choose another adapter name")
+    return Names(base=base, primary=primary, loras=loras)
+
+
+def pick_engine(cfg, platform, log: Callable[[str], None]) -> str:
+    if cfg.engine == "vllm":
+        platform.require("vllm")
+        return "vllm"
+    if cfg.engine == "builtin":
+        return "builtin"
+    refusal = platform.why_not("vllm")
+    if refusal is None:
+        log(f"engine auto -> vllm ({platform.vllm_package} on {platform.name})")
+        return "vllm"
+    log(f"engine auto -> builtin (vLLM not used: {refusal.why})")
+    return "builtin"
+
+
+def api_key(cfg) -> Optional[str]:
+    return cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or None
+
+
+def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str], None]):
+    """(backend, names, close) for this config: loads the model or starts vLLM."""
+    from swiftbox.loading import resolve_spec
+
+    spec = resolve_spec(ref)
+    names = served_names(cfg, ref, spec)
+    engine = pick_engine(cfg, platform, log)
+    dtype = platform.resolve_dtype(cfg.dtype)
+    if engine == "vllm":
+        return _open_vllm(cfg, spec, names, platform, dtype, work_dir, log)
+    return _open_builtin(cfg, spec, names, platform, dtype, log)
+
+
+def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
+    from swiftbox.loading import load_model, load_tokenizer
+    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
+    from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
+
+    quant = None
+    if cfg.quantization:
+        platform.require("bnb")
+        from transformers import BitsAndBytesConfig
+
+        quant = BitsAndBytesConfig(load_in_4bit=cfg.quantization == "bnb-4bit",
+                                   load_in_8bit=cfg.quantization == "bnb-8bit")
+    tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
+    input_adapter = [names.primary] * len(spec.adapters) if spec.adapters else None
+    model = load_model(spec, platform, dtype, trust_remote_code=cfg.trust_remote_code, quantization_config=quant,
+                       adapter_names=input_adapter)
+    extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
+    for name, path in extra.items():
+        from peft import PeftModel
+
+        if hasattr(model, "peft_config"):
+            model.load_adapter(path, adapter_name=name)
+        else:
+            model = PeftModel.from_pretrained(model, path, adapter_name=name)
+    model.eval()
+    limit = cfg.max_model_len or int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    engine = BuiltinEngine(model, tokenizer, base_name=names.base, adapters=list(names.loras),
+                           max_batch_size=cfg.max_batch_size, max_model_len=limit, device=platform.torch_device(0))
+    engine.start()
+    log(f"built-in engine: {names.base} + {len(names.loras)} adapter(s), {dtype}, batch {cfg.max_batch_size}, "
+        f"context {limit}")
+    return BuiltinBackend(engine, tokenizer, max_model_len=limit), names, engine.shutdown
+
+
+def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, log):
+    from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+    from swiftbox.pipelines.serve.server import bind
+
+    if len(spec.adapters) > 1:
+        raise UserError("model: vLLM serves one adapter on its base; merge the earlier adapters first (merge step)")
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    p = plan(cfg, platform, model_path=str(spec.base), base_name=names.base, loras=names.loras, dtype=dtype, port=port)
+    log("vllm: " + " ".join(a if a != p.internal_key else "***" for a in p.argv))
+    process = VllmProcess(p, Path(work_dir) / "vllm.log")
+    process.start(timeout=cfg.startup_timeout)
+    backend = VllmBackend(process)
+    return backend, names, process.stop
+
+
+def run(cfg, ctx):
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.runner import StepResult
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    backend, names, close = open_backend(cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir, log=log)
+    key = api_key(cfg)
+    try:
+        app = build_app(backend, api_key=key)
+        info = {"engine": backend.name, "models": backend.model_names()}
+        if cfg.smoke:
+            from swiftbox.pipelines.serve.smoke import smoke
+
+            metrics = smoke(app, host=cfg.host, port=cfg.port, api_key=key, model=names.primary, log=log)
+            return StepResult(metrics={**metrics, "engine": backend.name}, info=info)
+        from swiftbox.pipelines.serve.server import serve_forever
+
+        serve_forever(app, cfg.host, cfg.port, log=log)
+        return StepResult(metrics={"engine": backend.name, "stopped": True}, info=info)
+    finally:
+        close()

@@ -1,0 +1,195 @@
+"""OpenAI requests on the built-in engine: chat template, token budget checks, SSE or JSON answers.
+
+Each choice (`n`) is its own engine sequence; events come back on an asyncio queue. A client that
+disconnects mid-stream cancels its sequences (the generator's `finally`), which frees their slots.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Optional
+
+from swiftbox.pipelines.serve.errors import ApiError, context_exceeded
+from swiftbox.pipelines.serve.protocol import new_id, now, usage
+from swiftbox.pipelines.serve.sampling import SamplingParams
+from swiftbox.pipelines.serve.textstream import TextStream
+
+DEFAULT_CHAT_MAX_TOKENS = 512
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+
+
+class BuiltinBackend:
+    name = "builtin"
+
+    def __init__(self, engine, tokenizer, *, max_model_len: int):
+        self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
+
+    def model_names(self) -> list[str]:
+        return self.engine.model_names()
+
+    async def healthy(self) -> bool:
+        thread = self.engine._thread
+        return thread is not None and thread.is_alive()
+
+    def metrics(self) -> dict:
+        return {**{f"engine_{k}": v for k, v in self.engine.stats.items()}, **self.engine.load()}
+
+    # -- prompts ----------------------------------------------------------------------------
+    def chat_prompt(self, req) -> list[int]:
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # the template rejects the conversation (roles, order, ...)
+            raise ApiError(400, f"the chat template rejected the messages: {exc}", param="messages") from None
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def text_prompt(self, req) -> list[int]:
+        return self.tokenizer(req.prompt)["input_ids"]
+
+    def params(self, req, prompt_len: int, default_max: int, param: str) -> SamplingParams:
+        room = self.max_model_len - prompt_len
+        if room < 1:
+            raise ApiError(400, f"This model's maximum context length is {self.max_model_len} tokens; the prompt "
+                                f"has {prompt_len} tokens", param=param, code="context_length_exceeded")
+        max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max, room)
+        if max_tokens > room:
+            raise context_exceeded(prompt_len, max_tokens, self.max_model_len)
+        return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                              seed=req.seed, stop=list(req.stop or []), presence_penalty=req.presence_penalty,
+                              frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty)
+
+    def adapter_for(self, model: str) -> Optional[str]:
+        return None if model == self.engine.base_name else model
+
+    # -- routes -----------------------------------------------------------------------------
+    async def chat(self, req, raw, request):
+        prompt = self.chat_prompt(req)
+        params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
+        return await self._respond(req, prompt, params, chat=True)
+
+    async def completion(self, req, raw, request):
+        prompt = self.text_prompt(req)
+        params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
+        return await self._respond(req, prompt, params, chat=False)
+
+    async def _respond(self, req, prompt, params, *, chat: bool):
+        from fastapi.responses import JSONResponse, StreamingResponse
+
+        run = Run(self, req, prompt, params)
+        if req.stream:
+            return StreamingResponse(run.sse(chat), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return JSONResponse(await run.whole(chat))
+
+
+class Run:
+    """One request in flight: its n sequences, their text streams, and the answer being built."""
+
+    def __init__(self, backend: BuiltinBackend, req, prompt: list[int], params: SamplingParams):
+        self.backend, self.req, self.prompt, self.params = backend, req, prompt, params
+        self.id = new_id("chatcmpl" if hasattr(req, "messages") else "cmpl")
+        self.created = now()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.handles = []
+        self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
+        self.tokens = [0] * req.n
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        adapter = self.backend.adapter_for(self.req.model)
+        for i in range(self.req.n):
+            p = self.params
+            if self.req.n > 1 and p.seed is not None:
+                p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
+            sink = (lambda i: lambda event: self.queue.put_nowait((i, event)))(i)
+            self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
+
+    def cancel(self) -> None:
+        for h in self.handles:
+            h.cancel()
+
+    async def events(self):
+        """Yields (index, text_delta, finish_reason|None) until every choice has finished."""
+        open_ = set(range(self.req.n))
+        while open_:
+            i, (kind, value) = await self.queue.get()
+            if i not in open_:
+                continue
+            stream = self.streams[i]
+            if kind == "token":
+                self.tokens[i] += 1
+                delta = stream.add(value)
+                if stream.stopped:
+                    self.handles[i].cancel()
+                    open_.discard(i)
+                    yield i, delta, "stop"
+                elif delta:
+                    yield i, delta, None
+            elif kind == "done":
+                open_.discard(i)
+                yield i, stream.flush(), "stop" if value in ("stop", "cancelled") else value
+            else:
+                raise ApiError(503, f"generation failed: {value}", type="server_error", code="engine_error")
+
+    def usage(self) -> dict:
+        return usage(len(self.prompt), sum(self.tokens))
+
+    async def whole(self, chat: bool) -> dict:
+        self.start()
+        texts, reasons = [""] * self.req.n, [None] * self.req.n
+        try:
+            async for i, delta, reason in self.events():
+                texts[i] += delta
+                if reason:
+                    reasons[i] = reason
+        finally:
+            self.cancel()
+        model = self.req.model
+        if chat:
+            choices = [{"index": i, "message": {"role": "assistant", "content": texts[i]}, "logprobs": None,
+                        "finish_reason": reasons[i]} for i in range(self.req.n)]
+            return {"id": self.id, "object": "chat.completion", "created": self.created, "model": model,
+                    "choices": choices, "usage": self.usage()}
+        echo = self.req.prompt if getattr(self.req, "echo", False) else ""
+        choices = [{"index": i, "text": echo + texts[i], "logprobs": None, "finish_reason": reasons[i]}
+                   for i in range(self.req.n)]
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": model,
+                "choices": choices, "usage": self.usage()}
+
+    def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first=False) -> str:
+        if chat:
+            d = {"role": "assistant", "content": delta or ""} if first else ({"content": delta} if delta else {})
+            choice = {"index": i, "delta": d, "logprobs": None, "finish_reason": reason}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": i, "text": delta or "", "logprobs": None, "finish_reason": reason}
+            obj = "text_completion"
+        body = {"id": self.id, "object": obj, "created": self.created, "model": self.req.model, "choices": [choice]}
+        if self.req.include_usage:
+            body["usage"] = None
+        return f"data: {json.dumps(body)}\n\n"
+
+    async def sse(self, chat: bool):
+        self.start()
+        try:
+            for i in range(self.req.n):
+                if chat:
+                    yield self._chunk(chat, i, "", None, first=True)
+                elif getattr(self.req, "echo", False):
+                    yield self._chunk(chat, i, self.req.prompt, None)
+            try:
+                async for i, delta, reason in self.events():
+                    if delta and reason:
+                        yield self._chunk(chat, i, delta, None)
+                        delta = None
+                    if delta or reason:
+                        yield self._chunk(chat, i, delta, reason)
+            except ApiError as err:
+                yield f"data: {json.dumps(err.body())}\n\n"
+            if self.req.include_usage:
+                body = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
+                        "created": self.created, "model": self.req.model, "choices": [], "usage": self.usage()}
+                yield f"data: {json.dumps(body)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self.cancel()

@@ -1,0 +1,280 @@
+"""The built-in engine: one shared transformers model, continuous (in-flight) batching, LoRA per request.
+
+Why not transformers' own `ContinuousBatchingManager` (`init_continuous_batching` / `generate_batch`,
+checked in transformers 5.23): it packs every request into one ragged row for paged attention, so
+PEFT's per-row `adapter_names` cannot pick a LoRA adapter per request; it has no per-request seed,
+stop strings, penalties or `n`. So this is a compact scheduler instead:
+
+- a background thread owns the model. Each iteration it admits waiting requests into free slots
+  (each prompt prefilled on its own, then merged into the batch), then runs ONE decode step for every active
+  sequence together, with a shared left-padded `DynamicCache`, an attention mask and explicit
+  position ids per row;
+- each row names its adapter (`adapter_names=[...]`, "__base__" for the base model), so requests for
+  different adapters share a batch without touching each other's weights;
+- finished or cancelled rows leave the batch between steps (`batch_select_indices`) and the columns
+  that have become padding for every row are trimmed, so the cache never grows past the longest row.
+
+Tokens go back to the asyncio side through `loop.call_soon_threadsafe`; text, stop strings and SSE
+are handled there (see app.py), which cancels the sequence when a stop string appears.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sample_row
+
+log = logging.getLogger("swiftbox.serve")
+BASE = "__base__"
+
+
+@dataclass
+class Sequence:
+    id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    adapter: Optional[str]
+    sink: Any                       # callable(event) run on the asyncio loop
+    loop: Any
+    out_ids: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    done: bool = False
+    generator: Any = None
+    submitted: float = field(default_factory=time.monotonic)
+
+    @property
+    def pos(self) -> int:
+        """Position id of the last token fed (prompt + generated so far, minus the pending one)."""
+        return len(self.prompt_ids) + len(self.out_ids) - 1
+
+    def emit(self, event: tuple) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.sink, event)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            self.cancelled = True
+
+
+class Handle:
+    """What a request holds: cancel() frees the slot (client gone, stop string seen)."""
+
+    def __init__(self, engine: "BuiltinEngine", seq: Sequence):
+        self._engine, self.seq = engine, seq
+
+    def cancel(self) -> None:
+        if not self.seq.done:
+            self.seq.cancelled = True
+            self._engine._wake()
+
+
+class BuiltinEngine:
+    name = "builtin"
+
+    def __init__(self, model, tokenizer, *, base_name: str, adapters: list[str], max_batch_size: int = 8,
+                 max_model_len: int = 2048, device=None):
+        self.model, self.tokenizer = model, tokenizer
+        self.base_name, self.adapters = base_name, list(adapters)
+        self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
+        self.device = device
+        self.is_peft = hasattr(model, "peft_config")
+        eos = getattr(model, "generation_config", None)
+        ids = set()
+        for source in (getattr(eos, "eos_token_id", None), tokenizer.eos_token_id):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(int(i) for i in source)
+        self.eos_ids = ids
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ids or {0})
+        self._waiting: collections.deque[Sequence] = collections.deque()
+        self._active: list[Sequence] = []
+        self._cache = None
+        self._mask = None
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1)
+        self._stop = False
+        self._thread: Optional[threading.Thread] = None
+        self.stats = {"requests": 0, "tokens": 0, "steps": 0, "prefills": 0, "cancelled": 0, "errors": 0}
+
+    # -- public -----------------------------------------------------------------------------
+    def model_names(self) -> list[str]:
+        return [self.base_name, *self.adapters]
+
+    def count_tokens(self, ids) -> int:
+        return len(ids)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="swiftbox-engine", daemon=True)
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, adapter: Optional[str], sink, loop) -> Handle:
+        """Queue one sequence; `sink(event)` gets ("token", id) ..., then ("done", reason) or ("error", msg)."""
+        seq = Sequence(next(self._ids), list(prompt_ids), params, adapter, sink, loop,
+                       generator=make_generator(params.seed))
+        with self._cond:
+            self._waiting.append(seq)
+            self.stats["requests"] += 1
+            self._cond.notify_all()
+        return Handle(self, seq)
+
+    def load(self) -> dict:
+        return {"active": len(self._active), "waiting": len(self._waiting)}
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        import torch
+
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._stop and not self._waiting and not self._active:
+                        self._cond.wait(timeout=1.0)
+                    if self._stop:
+                        break
+                    room = self.max_batch_size - len(self._active)
+                    newcomers = []
+                    while room > 0 and self._waiting:
+                        seq = self._waiting.popleft()
+                        if seq.cancelled:
+                            self._finish(seq, "cancelled")
+                            continue
+                        newcomers.append(seq)
+                        room -= 1
+                try:
+                    self._drop_finished()
+                    if newcomers:
+                        self._prefill(newcomers)
+                        self._drop_finished()
+                    if self._active:
+                        self._decode()
+                except Exception as exc:  # a failed step fails its sequences, never the server
+                    log.exception("engine step failed")
+                    self.stats["errors"] += 1
+                    for seq in self._active + [s for s in newcomers if not s.done]:
+                        if not seq.done:
+                            seq.done = True
+                            seq.emit(("error", f"{type(exc).__name__}: {exc}"))
+                    self._active, self._cache, self._mask = [], None, None
+            for seq in list(self._active) + list(self._waiting):
+                seq.done = True
+                seq.emit(("error", "server shutting down"))
+
+    def _forward(self, input_ids, mask, positions, cache, adapters, logits_to_keep=1):
+        kwargs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                      use_cache=True, logits_to_keep=logits_to_keep)
+        if self.is_peft:
+            kwargs["adapter_names"] = [a or BASE for a in adapters]
+        out = self.model(**kwargs)
+        return out.logits[:, -1, :], out.past_key_values
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """Prompts are prefilled one at a time: on a compute-bound device a padded batch of prompts costs
+        the padding too, and prefill gains little from batching; each result joins the running batch."""
+        import torch
+        from transformers import DynamicCache
+
+        dev = self.device
+        for seq in seqs:
+            if seq.cancelled:
+                self._finish(seq, "cancelled")
+                continue
+            self.stats["prefills"] += 1
+            ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=dev)
+            mask = torch.ones_like(ids)
+            positions = torch.arange(ids.shape[1], device=dev).unsqueeze(0)
+            logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            self._merge(cache, mask, [seq])
+            self._sample(logits, [seq])
+
+    def _merge(self, cache, mask, seqs) -> None:
+        """Append rows (their cache + mask) to the running batch, left-padding to a common length."""
+        import torch
+        import torch.nn.functional as F
+        from transformers import DynamicCache
+
+        if self._cache is None or not self._active:
+            self._cache, self._mask, self._active = cache, mask, list(seqs)
+            return
+        old_t, new_t = self._mask.shape[1], mask.shape[1]
+        t = max(old_t, new_t)
+        layers = []
+        for old, new in zip(self._cache.layers, cache.layers):
+            k = torch.cat([F.pad(old.keys, (0, 0, t - old_t, 0)), F.pad(new.keys, (0, 0, t - new_t, 0))])
+            v = torch.cat([F.pad(old.values, (0, 0, t - old_t, 0)), F.pad(new.values, (0, 0, t - new_t, 0))])
+            layers.append((k, v))
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._mask = torch.cat([F.pad(self._mask, (t - old_t, 0)), F.pad(mask, (t - new_t, 0))])
+        self._active.extend(seqs)
+
+    def _decode(self) -> None:
+        import torch
+
+        self.stats["steps"] += 1
+        dev = self.device
+        seqs = self._active
+        ids = torch.tensor([[s.out_ids[-1]] for s in seqs], dtype=torch.long, device=dev)
+        self._mask = torch.cat([self._mask, torch.ones((len(seqs), 1), dtype=self._mask.dtype, device=dev)], dim=1)
+        positions = torch.tensor([[s.pos] for s in seqs], dtype=torch.long, device=dev)
+        logits, self._cache = self._forward(ids, self._mask, positions, self._cache, [s.adapter for s in seqs])
+        self._sample(logits, seqs)
+
+    def _sample(self, logits, seqs) -> None:
+        for row, seq in enumerate(seqs):
+            if seq.done or seq.cancelled:
+                continue
+            token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+            if token in self.eos_ids:
+                self._finish(seq, "stop")
+                continue
+            seq.out_ids.append(token)
+            self.stats["tokens"] += 1
+            seq.emit(("token", token))
+            if len(seq.out_ids) >= seq.params.max_tokens or len(seq.prompt_ids) + len(seq.out_ids) >= self.max_model_len:
+                self._finish(seq, "length")
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.done = True
+        if reason == "cancelled":
+            self.stats["cancelled"] += 1
+        seq.emit(("done", reason))
+
+    def _drop_finished(self) -> None:
+        """Remove done/cancelled rows and trim padding columns no row needs any more."""
+        import torch
+
+        for seq in self._active:
+            if seq.cancelled and not seq.done:
+                self._finish(seq, "cancelled")
+        keep = [i for i, s in enumerate(self._active) if not s.done]
+        if len(keep) == len(self._active):
+            return
+        if not keep:
+            self._active, self._cache, self._mask = [], None, None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self._mask.device)
+        self._cache.batch_select_indices(index)
+        self._mask = self._mask[index]
+        self._active = [self._active[i] for i in keep]
+        lead = int((self._mask.sum(0) == 0).long().cumprod(0).sum())
+        if lead:
+            self._mask = self._mask[:, lead:]
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, lead:, :]
+                layer.values = layer.values[:, :, lead:, :]

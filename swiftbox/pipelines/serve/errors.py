@@ -1,0 +1,84 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right status.
+
+Every failure a client can cause maps to a 4xx here; anything else is logged and answered as a 500
+with the same shape (that path is a bug, and the load test checks it never happens).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional
+
+log = logging.getLogger("swiftbox.serve")
+
+
+class ApiError(Exception):
+    """Raise anywhere in a request; the app turns it into the OpenAI error body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: Optional[str] = None, code: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'",
+                    type="authentication_error", code="invalid_api_key")
+
+
+def model_not_found(name: str, known: list[str]) -> ApiError:
+    return ApiError(404, f"The model '{name}' does not exist; served models: {', '.join(known)}",
+                    param="model", code="model_not_found")
+
+
+def context_exceeded(prompt_tokens: int, max_tokens: int, limit: int) -> ApiError:
+    return ApiError(400, f"This model's maximum context length is {limit} tokens; the request asks for "
+                         f"{prompt_tokens} prompt + {max_tokens} completion tokens",
+                    param="messages", code="context_length_exceeded")
+
+
+def from_validation(errors: list[dict]) -> ApiError:
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
+    param = ".".join(loc) or None
+    msg = first.get("msg", "invalid request")
+    return ApiError(422, f"{param + ': ' if param else ''}{msg}", param=param, code="invalid_value")
+
+
+def install_handlers(app) -> None:
+    """Map FastAPI/starlette failures onto ApiError bodies."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    def respond(err: ApiError):
+        headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+    @app.exception_handler(ApiError)
+    async def _api(request, exc: ApiError):
+        return respond(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request, exc: RequestValidationError):
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return respond(ApiError(400, "We could not parse the JSON body of your request", code="invalid_json"))
+        return respond(from_validation(list(errors)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
+        return respond(ApiError(exc.status_code, str(exc.detail), code=kind))
+
+    @app.exception_handler(Exception)
+    async def _bug(request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return respond(ApiError(500, f"internal error: {type(exc).__name__}", type="server_error"))
+
+
+def sse_error(err: ApiError) -> str:
+    return f"data: {json.dumps(err.body())}\n\n"

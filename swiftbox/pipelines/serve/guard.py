@@ -1,0 +1,77 @@
+"""The front door's ASGI middleware: API key on every route but /health, and a request body size limit.
+
+Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client disconnects pass straight through.
+The body is read once here - at most `max_body` bytes, else 413 - and replayed to the app.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+
+from swiftbox.pipelines.serve.errors import ApiError, unauthorized
+
+OPEN_PATHS = {"/health"}
+
+
+class Guard:
+    def __init__(self, app, *, api_key: str | None, max_body: int):
+        self.app, self.api_key, self.max_body = app, api_key, max_body
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.api_key and scope.get("path") not in OPEN_PATHS and not self._authorised(scope):
+            return await _reply(send, unauthorized())
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.max_body
+            except ValueError:
+                return await _reply(send, ApiError(400, "invalid Content-Length header"))
+            if too_big:
+                return await _reply(send, _too_large(self.max_body))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return await _reply(send, _too_large(self.max_body))
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    def _authorised(self, scope) -> bool:
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+            if name == b"x-api-key":
+                return hmac.compare_digest(value, self.api_key.encode())
+        return False
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"request body larger than {limit} bytes", code="request_too_large")
+
+
+async def _reply(send, err: ApiError) -> None:
+    body = json.dumps(err.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if err.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,116 @@
+"""The OpenAI request bodies the server accepts (pydantic), and the response/chunk shapes it sends.
+
+Validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
+OpenAI's error shape before it reaches a model. Unknown fields are ignored, as OpenAI's own API does.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_N = 8
+MAX_STOP = 4
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and text completions (OpenAI names; top_k/repetition_penalty as extra body)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(..., min_length=1, max_length=512)
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stop: Optional[Union[str, list[str]]] = None
+    seed: Optional[int] = Field(None, ge=-(2**63), lt=2**63)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=10)
+    user: Optional[str] = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value):
+        if value is None:
+            return []
+        stops = [value] if isinstance(value, str) else list(value)
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must be non-empty")
+        return stops
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Optional[Union[str, list[dict[str, Any]]]] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError("only text content parts are supported")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _merge_max(self):
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        for m in self.messages:
+            m.text()  # raises on non-text parts -> 422
+        return self
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Union[str, list[str]] = Field(...)
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value):
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise ValueError("exactly one prompt string per request is supported")
+            value = value[0]
+        if not value:
+            raise ValueError("prompt must be non-empty")
+        return value
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

@@ -1,0 +1,73 @@
+"""Per-request sampling for the built-in engine: penalties, temperature, top-k, top-p, seeded draws.
+
+One row of logits per sequence; each sequence carries its own settings and, when it asked for a
+seed, its own torch.Generator - so a seeded request gives the same answer whatever else is batched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: Optional[int] = None
+    stop: list[str] = field(default_factory=list)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 1e-5 or self.top_k == 1
+
+    @property
+    def penalised(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1.0
+
+
+def make_generator(seed: Optional[int]):
+    if seed is None:
+        return None
+    import torch
+
+    gen = torch.Generator()
+    gen.manual_seed(seed % (2**63))
+    return gen
+
+
+def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: list[int], generator) -> int:
+    """Pick the next token from one row of logits (1-D float tensor on any device)."""
+    import torch
+
+    logits = logits.float()
+    if params.penalised:
+        logits = logits.clone()
+        if params.repetition_penalty != 1.0:
+            seen = torch.tensor(sorted(set(prompt_ids) | set(out_ids)), dtype=torch.long, device=logits.device)
+            if seen.numel():
+                vals = logits[seen]
+                logits[seen] = torch.where(vals > 0, vals / params.repetition_penalty, vals * params.repetition_penalty)
+        if out_ids and (params.presence_penalty or params.frequency_penalty):
+            ids, counts = torch.tensor(out_ids, dtype=torch.long).unique(return_counts=True)
+            ids = ids.to(logits.device)
+            logits[ids] -= params.frequency_penalty * counts.to(logits.device, logits.dtype) + params.presence_penalty
+    if params.greedy:
+        return int(torch.argmax(logits))
+    logits = logits / params.temperature
+    if params.top_k > 0 and params.top_k < logits.numel():
+        kth = torch.topk(logits, params.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        drop = cum - sorted_p > params.top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        choice = torch.multinomial(sorted_p.cpu(), 1, generator=generator)
+        return int(order[int(choice)])
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))

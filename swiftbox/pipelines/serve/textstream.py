@@ -1,0 +1,56 @@
+"""Token ids -> text deltas for one sequence: incremental detokenization and stop strings.
+
+Text that could still be the start of a stop string is held back, so a stop string never leaks into
+a stream; a partial UTF-8 character (decoded as U+FFFD) waits for its next byte.
+"""
+from __future__ import annotations
+
+
+class TextStream:
+    def __init__(self, tokenizer, stops: list[str]):
+        self.tokenizer, self.stops = tokenizer, list(stops)
+        self.ids: list[int] = []
+        self.text = ""
+        self.sent = 0
+        self.stopped = False
+        self._longest = max((len(s) for s in self.stops), default=0)
+
+    def add(self, token: int) -> str:
+        """Feed one token; returns the text that may be sent now (maybe '')."""
+        if self.stopped:
+            return ""
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""
+        self.text = text
+        if self.stops:
+            start = max(0, self.sent - self._longest)
+            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+            if hits:
+                self.stopped = True
+                self.text = text[:min(hits)]
+                return self._take(len(self.text))
+            return self._take(len(text) - self._held(text))
+        return self._take(len(text))
+
+    def flush(self) -> str:
+        """At the end of the sequence: whatever was held back."""
+        if not self.stopped:
+            full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            if len(full) >= len(self.text):
+                self.text = full
+        return self._take(len(self.text))
+
+    def _held(self, text: str) -> int:
+        for n in range(min(self._longest - 1, len(text)), 0, -1):
+            tail = text[-n:]
+            if any(s.startswith(tail) for s in self.stops):
+                return n
+        return 0
+
+    def _take(self, upto: int) -> str:
+        upto = max(upto, self.sent)
+        out = self.text[self.sent:upto]
+        self.sent = upto
+        return out

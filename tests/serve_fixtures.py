@@ -1,0 +1,47 @@
+"""Helpers for the serve tests: LoRA adapters on toy that answer differently, and a live server."""
+from __future__ import annotations
+
+from pathlib import Path
+
+KEY = "test-key-123"
+
+
+def make_adapter(toy_dir: Path, out: Path, seed: int) -> Path:
+    """A random (non-zero) LoRA on toy: init_lora_weights=False makes B non-zero, so outputs change."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(toy_dir, dtype=torch.float32)
+    cfg = LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"],
+                     init_lora_weights=False)
+    peft_model = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(4.0)
+    peft_model.save_pretrained(out)
+    return out
+
+
+def start_server(model_ref: str, *, adapters: dict | None = None, api_key: str | None = KEY,
+                 max_model_len: int | None = 256, max_batch_size: int = 4, work_dir: Path | None = None):
+    """(ServerThread, close) for a built-in engine server on 127.0.0.1 with a free port."""
+    from swiftbox.device import current_platform
+    from swiftbox.pipelines.serve import open_backend
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.steps import ServeStep
+
+    cfg = ServeStep(engine="builtin", adapters=adapters, max_model_len=max_model_len, max_batch_size=max_batch_size,
+                    api_key=api_key)
+    backend, names, close = open_backend(cfg, model_ref, current_platform("cpu"), work_dir=work_dir or Path("."),
+                                         log=lambda m: None)
+    server = ServerThread(build_app(backend, api_key=api_key)).start()
+
+    def stop():
+        server.stop()
+        close()
+
+    return server, names, stop

@@ -1,0 +1,140 @@
+"""The vLLM engine without vLLM: the command/env plan per platform, engine choice, and the front door
+proxying a stand-in child; plus (marked vllm) the plan parsed by vLLM's own argument parser."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from swiftbox.device.cpu import CpuPlatform
+from swiftbox.device.cuda import CudaPlatform
+from swiftbox.device.npu import NpuPlatform
+from swiftbox.errors import Unsupported
+from swiftbox.pipelines.serve import pick_engine
+from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+from swiftbox.steps import ServeStep
+
+FAKE = str(Path(__file__).with_name("fake_vllm.py"))
+
+
+def _adapter(tmp_path: Path, name: str, r: int) -> str:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "adapter_config.json").write_text(json.dumps({"r": r, "peft_type": "LORA"}))
+    return str(d)
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_plan_flags(tmp_path):
+    loras = {"a": _adapter(tmp_path, "a", 8), "b": _adapter(tmp_path, "b", 24)}
+    cfg = ServeStep(engine="vllm", devices="0,1", max_model_len=4096, api_key="outer", trust_remote_code=True)
+    p = plan(cfg, CudaPlatform(), model_path="/m", base_name="base", loras=loras, dtype="bfloat16", port=1234,
+             executable=["vllm"])
+    argv = p.argv
+    assert argv[:3] == ["vllm", "serve", "/m"]
+    assert _flag(argv, "--host") == "127.0.0.1" and _flag(argv, "--port") == "1234"
+    assert _flag(argv, "--served-model-name") == "base" and _flag(argv, "--dtype") == "bfloat16"
+    assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--max-model-len") == "4096"
+    assert _flag(argv, "--api-key") == p.internal_key != "outer"  # the outer key never reaches the child
+    assert "--enable-lora" in argv and "--trust-remote-code" in argv and "--max-num-seqs" not in argv
+    i = argv.index("--lora-modules")
+    assert argv[i + 1:i + 3] == [f"a={loras['a']}", f"b={loras['b']}"]
+    assert _flag(argv, "--max-lora-rank") == "32"
+    assert p.model_names == ["base", "a", "b"]
+    assert p.env["SWIFTBOX_DEVICE"] == CudaPlatform.name and p.env[CudaPlatform.visible_devices_env] == "0,1"
+
+
+def test_plan_on_ascend_uses_spawn_and_visible_devices():
+    cfg = ServeStep(engine="vllm", devices="4,5,6,7")
+    p = plan(cfg, NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16", port=1,
+             executable=["vllm"])
+    assert p.argv[1] == "serve" and "--enable-lora" not in p.argv
+    assert _flag(p.argv, "--tensor-parallel-size") == "4" and _flag(p.argv, "--dtype") == "float16"
+    assert p.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert p.package == "vllm_ascend"
+    p = plan(ServeStep(max_batch_size=64), NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16",
+             port=1, executable=["vllm"])
+    assert _flag(p.argv, "--max-num-seqs") == "64"
+
+
+def test_engine_choice_on_cpu():
+    logs = []
+    assert pick_engine(ServeStep(engine="auto"), CpuPlatform(), logs.append) == "builtin"
+    assert "builtin" in logs[0] and "vLLM" in logs[0]
+    with pytest.raises(Unsupported, match="builtin"):
+        pick_engine(ServeStep(engine="vllm"), CpuPlatform(), logs.append)
+
+
+def test_engine_vllm_on_cpu_exits_3(cli):
+    out = cli("serve", "toy", "--engine", "vllm", "--port", "0", "--smoke")
+    assert out.returncode == 3, out.stderr
+    assert "engine: builtin" in out.stderr.strip().splitlines()[-1]
+
+
+def test_front_door_proxies_a_vllm_child(tmp_path):
+    """Auth, model check and errors at the front door; answers relayed from the child (stream too)."""
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.pipelines.serve.server import ServerThread, bind
+
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    cfg = ServeStep(engine="vllm")
+    p = plan(cfg, CpuPlatform(), model_path="/m", base_name="base", loras={"a": _adapter(tmp_path, "a", 8)},
+             dtype="float32", port=port, executable=[sys.executable, FAKE])
+    proc = VllmProcess(p, tmp_path / "vllm.log")
+    proc.start(timeout=120)
+    backend = VllmBackend(proc)
+    server = ServerThread(build_app(backend, api_key="outer")).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="outer", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["base", "a"]
+        r = client.chat.completions.create(model="a", messages=[{"role": "user", "content": "hi"}])
+        assert r.choices[0].message.content == "fake answer from a"
+        text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="base", messages=[{"role": "user", "content": "hi"}], stream=True))
+        assert text.strip() == "fake answer from base"
+        with pytest.raises(openai.BadRequestError):  # the child's 4xx passes through
+            client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=5000)
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="zzz", messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.UnprocessableEntityError):
+            client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], temperature=9)
+        bad = openai.OpenAI(base_url=server.url + "/v1", api_key=p.internal_key, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):  # the child's key is not a key to the front door
+            bad.models.list()
+        assert httpx.get(server.url + "/health", timeout=10).json() == {"status": "ok", "engine": "vllm"}
+    finally:
+        server.stop()
+        proc.stop()
+    assert not proc.alive()
+
+
+@pytest.mark.vllm
+def test_plan_parses_with_vllms_own_parser(tmp_path):
+    pytest.importorskip("vllm")
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    except ImportError as exc:  # pragma: no cover - layout differs between vLLM versions
+        pytest.skip(f"vLLM's parser moved: {exc}")
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    loras = {"a": _adapter(tmp_path, "a", 16)}
+    cfg = ServeStep(engine="vllm", devices="0,1", max_model_len=2048)
+    p = plan(cfg, CudaPlatform(), model_path="/m", base_name="base", loras=loras, dtype="bfloat16", port=8001,
+             executable=["vllm"])
+    parser = make_arg_parser(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", p.argv[2], *p.argv[3:]])
+    assert args.port == 8001 and args.tensor_parallel_size == 2 and args.enable_lora
+    assert args.served_model_name == ["base"] and args.max_model_len == 2048 and args.dtype == "bfloat16"
+    assert [m.name for m in args.lora_modules] == ["a"] and args.max_lora_rank == 16
