@@ -125,7 +125,8 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
                           owned=cfg.output is None)
     ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref, work_dir=work,
                       output=output, platform=platform, header_devices=recipe.header.devices)
-    log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
+    if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
+        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
     started = time.time()
     result = module.run(cfg, ctx)
     if isinstance(result, dict):
