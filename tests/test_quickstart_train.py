@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="measured: with LoRA rank 8 the toy model learns the answer format but not "
+@pytest.mark.xfail(strict=True, reason="measured: with LoRA rank 8 the toy model learns the answer format but not "
                    "parity within the quickstart's CPU budget (held-out accuracy ~0.5); see docs/training.md")
 def test_quickstart_training_chain_hits_the_numbers(tmp_path):
     recipe = yaml.safe_load((ROOT / "recipes" / "quickstart.yaml").read_text())
