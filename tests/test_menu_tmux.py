@@ -16,7 +16,6 @@ pytestmark = pytest.mark.skipif(not have_tmux(), reason="tmux is not installed")
 LAUNCH = str(ROOT / "launch.sh")
 MAIN = "What would you like to do?"
 ACTIVE = "(↑↓ move · type to filter"  # shown only while the main menu waits for a key
-SFT_BUILT = is_built("sft")  # swiftbox/pipelines/sft.py, found the way the menu and the runner find it
 FIRST_PAINT_LIMIT_S = 5.0  # the target is 1 s; this bound only catches torch creeping into the first paint
 
 
@@ -57,20 +56,6 @@ def _fine_tune_keys(term: Tmux) -> None:
     term.keys("Enter")
 
 
-@pytest.mark.skipif(SFT_BUILT, reason="the sft pipeline is here: the slow test below trains instead")
-def test_fine_tune_says_plainly_it_is_not_built(tmp_path):
-    with Tmux(LAUNCH, cwd=tmp_path) as term:
-        _fine_tune_keys(term)
-        term.wait_for("the sft pipeline is not built yet")
-        term.wait_for(ACTIVE, after="Nothing was run")
-        term.keys("C-c")
-        assert term.exit_code() == 0
-        assert "Traceback" not in term.screen(history=True)
-    assert not (tmp_path / "runs").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not SFT_BUILT, reason="the sft pipeline is not in this checkout (see the test above)")
 def test_toy_fine_tune_finishes(tmp_path):
     with Tmux(LAUNCH, cwd=tmp_path, height=60) as term:
         _fine_tune_keys(term)
