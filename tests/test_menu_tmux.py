@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from menus.builtins import is_built
 from tests.conftest import ROOT
 from tests.tmux_term import Tmux, have_tmux
 
