@@ -42,3 +42,15 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a shared 2-core box OpenMP spinning makes 2 threads
+    up to ~10x slower. Modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

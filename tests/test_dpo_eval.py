@@ -16,14 +16,7 @@ EVAL_DATA = "recipes/data/parity_eval.jsonl"
 FAST = {"batch_size": 8, "save_steps": 100, "logging_steps": 1}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run(tmp_path, name, *steps):

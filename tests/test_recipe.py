@@ -14,6 +14,9 @@ from swiftbox.steps import STEP_TYPES, SftStep
 from tests.conftest import ROOT
 
 QUICKSTART = yaml.safe_load((ROOT / "recipes" / "quickstart.yaml").read_text())
+# what the mutations below start from: the quickstart with an explicit lora block on its sft step
+BASE = copy.deepcopy(QUICKSTART)
+BASE["steps"][1]["sft"].update(method="lora", lora={"rank": 8, "alpha": 16})
 
 
 def test_quickstart_and_every_shipped_recipe_validate():
@@ -23,19 +26,20 @@ def test_quickstart_and_every_shipped_recipe_validate():
     recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml")
     kinds = [s.kind for s in recipe.steps]
     assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-1] == "serve"
-    sft = recipe.steps[1].config
-    assert isinstance(sft, SftStep) and sft.lora.rank == 8 and sft.method == "lora"
+    sft, dpo = recipe.steps[1].config, recipe.steps[3].config
+    # full SFT on the random toy, then a LoRA adapter from DPO (docs/quickstart.md says why)
+    assert isinstance(sft, SftStep) and sft.method == "full" and dpo.method == "lora"
 
 
 def test_overrides_reach_the_right_steps():
-    data = apply_overrides(QUICKSTART, ["sft.lora.rank=16", "eval[2].limit=5", "model=toy:3", "sft.epochs=1"])
+    data = apply_overrides(BASE, ["sft.lora.rank=16", "eval[2].limit=5", "model=toy:3", "sft.epochs=1"])
     recipe = validate_recipe(data)
     assert recipe.header.model == "toy:3"
     sft = [s for s in recipe.steps if s.kind == "sft"][0].config
     assert sft.lora.rank == 16 and sft.epochs == 1
     evals = [s.config for s in recipe.steps if s.kind == "eval"]
     assert [e.limit for e in evals[:3]] == [None, 5, None]
-    assert QUICKSTART["steps"][1]["sft"]["lora"]["rank"] == 8  # the input is not mutated
+    assert BASE["steps"][1]["sft"]["lora"]["rank"] == 8  # the input is not mutated
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -61,7 +65,7 @@ def test_bad_overrides_are_one_line_user_errors(override, needle):
     (lambda r: r["steps"].__setitem__(0, {"eval": [1, 2]}), "expected a mapping of settings"),
 ])
 def test_malformed_recipes_name_the_field(mutate, needle):
-    data = copy.deepcopy(QUICKSTART)
+    data = copy.deepcopy(BASE)
     mutate(data)
     with pytest.raises(UserError) as err:
         validate_recipe(data, "x.yaml")
@@ -79,7 +83,7 @@ json_any = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_siz
 @st.composite
 def mutated_quickstart(draw):
     """The quickstart with one part replaced by something random: deep, realistic damage."""
-    data = copy.deepcopy(QUICKSTART)
+    data = copy.deepcopy(BASE)
     target = draw(st.sampled_from(["top", "step", "setting", "nested"]))
     if target == "top":
         data[draw(st.sampled_from(["name", "model", "device", "steps", draw(st.text(max_size=6))]))] = draw(json_any)

@@ -16,15 +16,7 @@ from tests.conftest import ROOT
 MAX_STEPS = 40
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Like the child process (OMP_NUM_THREADS=1): a tiny model gains nothing from threads on a shared box."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # like the child (OMP_NUM_THREADS=1)
 
 
 def test_kill_9_then_resume_completes(tmp_path):

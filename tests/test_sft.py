@@ -13,15 +13,7 @@ from swiftbox.runner import run_recipe
 SFT_DATA = "recipes/data/parity_sft.jsonl"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core box OpenMP spinning makes 2 threads ~10x slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sft(tmp_path, name="t", **settings):
