@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,13 +22,6 @@ def test_help_lists_every_command_without_importing_torch():
     for command in ("run", "quickstart", "doctor", "test", "bench", "download", "sft", "dpo", "merge", "quantize",
                     "serve", "chat", "eval", "models", "parity"):
         assert command in out.stdout
-
-
-def test_help_is_quick():
-    start = time.perf_counter()
-    out = run_cli("--help")
-    assert out.returncode == 0
-    assert time.perf_counter() - start < 3.0  # generous for a loaded CI box; bench startup measures it
 
 
 def test_pipeline_help_comes_from_the_schema():

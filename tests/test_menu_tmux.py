@@ -15,13 +15,11 @@ pytestmark = pytest.mark.skipif(not have_tmux(), reason="tmux is not installed")
 LAUNCH = str(ROOT / "launch.sh")
 MAIN = "What would you like to do?"
 ACTIVE = "(↑↓ move · type to filter"  # shown only while the main menu waits for a key
-FIRST_PAINT_LIMIT_S = 5.0  # the target is 1 s; this bound only catches torch creeping into the first paint
 
 
 def test_doctor_then_quit(tmp_path):
     with Tmux(LAUNCH, cwd=tmp_path) as term:
-        painted = term.wait_for(MAIN, timeout=30)
-        assert painted < FIRST_PAINT_LIMIT_S, f"first paint took {painted:.2f}s"
+        term.wait_for(MAIN, timeout=30)  # first-paint time is measured by `bench startup`, not asserted here
         term.wait_for("GiB", timeout=60)  # the header fills in once the platform is resolved
         term.type("Device")
         term.keys("Enter")
