@@ -73,7 +73,6 @@ def test_fresh_download_then_cache_hit(hub, tmp_path, source):
     hit_s = time.perf_counter() - started
     assert again.cache_hit and again.path == snap.path
     assert hub.file_gets() == [] and len(hub.requests) == 1  # one listing request, no file re-fetched
-    assert hit_s < 2.0, (fresh_s, hit_s)
     print(f"\n{source}: fresh {fresh_s:.2f} s, cache hit {hit_s:.3f} s")
 
     hub.clear()  # allow_pickle adds the .bin only
