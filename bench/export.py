@@ -28,10 +28,8 @@ def train_adapter(out: Path, steps: int, lr: float = 1e-3, seed: int = 0) -> flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.peft_compat import patch_peft_gptq_probe
     from swiftbox.toy import toy_path
 
-    patch_peft_gptq_probe()
     torch.manual_seed(seed)
     base = toy_path(0)
     tok = AutoTokenizer.from_pretrained(base)

@@ -127,13 +127,11 @@ def main() -> None:
 
     from swiftbox.device import current_platform
     from swiftbox.loading import torch_dtype
-    from swiftbox.peft_compat import patch_peft_gptq_probe
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
     from swiftbox.toy import build_tokenizer
     from swiftbox.training.model import lora_config
 
-    patch_peft_gptq_probe()
     platform = current_platform(opts.device)
     dtype = platform.resolve_dtype("auto")
     cfg = SftStep(dataset="bench", max_steps=opts.steps, batch_size=opts.batch, learning_rate=1e-4, seed=opts.seed,

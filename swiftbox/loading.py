@@ -108,10 +108,6 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
     if spec.adapters:
         from peft import PeftModel
 
-        from swiftbox.peft_compat import patch_peft_gptq_probe
-
-        patch_peft_gptq_probe()
-
         # adapters stack in order: all but the last are merged in, the last stays attached
         # (unless merge_adapters), so outputs equal base+adapter1+...+adapterN.
         for i, adapter in enumerate(spec.adapters):

@@ -23,9 +23,6 @@ def make_adapter(base_dir: Path, out: Path, method: str = "lora", *, seed: int =
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.peft_compat import patch_peft_gptq_probe
-
-    patch_peft_gptq_probe()
     torch.manual_seed(seed)
     kwargs = {"dtype": torch.float32}
     if method == "qlora":

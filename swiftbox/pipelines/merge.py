@@ -83,10 +83,8 @@ def run(cfg, ctx):
 
     from swiftbox import parity as P
     from swiftbox.loading import ModelSpec, load_model, load_tokenizer
-    from swiftbox.peft_compat import patch_peft_gptq_probe
     from swiftbox.runner import StepResult
 
-    patch_peft_gptq_probe()
     dtype = merge_dtype(cfg, ctx, adapters)
     tolerance = cfg.tolerance or TOLERANCE[dtype]
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)

@@ -62,9 +62,6 @@ def lora_config(cfg):
 def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
     from transformers import AutoModelForCausalLM
 
-    from swiftbox.peft_compat import patch_peft_gptq_probe
-
-    patch_peft_gptq_probe()
     spec = resolve_spec(ref)
     if spec.quantized:
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "

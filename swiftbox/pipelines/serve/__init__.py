@@ -88,17 +88,11 @@ def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str]
 
 
 def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
-    from swiftbox.loading import load_model, load_tokenizer
+    from swiftbox.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
     from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
 
-    quant = None
-    if cfg.quantization:
-        platform.require("bnb")
-        from transformers import BitsAndBytesConfig
-
-        quant = BitsAndBytesConfig(load_in_4bit=cfg.quantization == "bnb-4bit",
-                                   load_in_8bit=cfg.quantization == "bnb-8bit")
+    quant = bnb_config(cfg.quantization, platform, dtype) if cfg.quantization else None
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     input_adapter = [names.primary] * len(spec.adapters) if spec.adapters else None
     model = load_model(spec, platform, dtype, trust_remote_code=cfg.trust_remote_code, quantization_config=quant,
