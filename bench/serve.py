@@ -209,7 +209,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from swiftbox.toy import cache_root
+    from swiftbox.modeling.toy import cache_root
 
     cache = cache_root() / "bench"
     cache.mkdir(parents=True, exist_ok=True)
