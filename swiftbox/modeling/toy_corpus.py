@@ -60,7 +60,7 @@ def _yes_no(rng: random.Random) -> tuple[str, str]:
         return f"Does a {a} have {legs} legs?", "yes" if want else "no"
     if kind == 1:
         thing = rng.choice(list(COLOURS))
-        colour = COLOURS[thing] if want else rng.choice([c for c in set(COLOURS.values()) if c != COLOURS[thing]])
+        colour = COLOURS[thing] if want else rng.choice([c for c in sorted(set(COLOURS.values())) if c != COLOURS[thing]])
         return f"Is the {thing} {colour}?", "yes" if want else "no"
     if kind == 2:
         country = rng.choice(list(CAPITALS))
@@ -83,7 +83,7 @@ def _yes_no(rng: random.Random) -> tuple[str, str]:
         return f"Does {n} have {size} digits?", "yes" if want else "no"
     if kind == 6:
         a = rng.choice(list(ANIMALS))
-        sound = ANIMALS[a][1] if want else rng.choice([s for s in {v[1] for v in ANIMALS.values()} if s != ANIMALS[a][1]])
+        sound = ANIMALS[a][1] if want else rng.choice([s for s in sorted({v[1] for v in ANIMALS.values()}) if s != ANIMALS[a][1]])
         return f"Does a {a} say {sound}?", "yes" if want else "no"
     word = rng.choice(list(OPPOSITES))
     other = OPPOSITES[word] if want else rng.choice([o for o in OPPOSITES.values() if o != OPPOSITES[word]])
@@ -183,14 +183,20 @@ def shakespeare_paragraphs() -> tuple[list[str], list[str]]:
 TRAIN_DOCS, HELDOUT_DOCS = 3000, 300
 
 
-def write_corpus() -> None:
-    """Rewrite assets/toy_corpus.txt and assets/toy_heldout.txt (byte-identical every time)."""
-    CORPUS.write_text("\n\n".join(generated_documents(TRAIN_DOCS, seed=0)) + "\n", encoding="utf-8")
+def corpus_texts() -> tuple[str, str]:
+    """(training text, held-out text) as the files hold them; the same bytes every time."""
+    corpus = "\n\n".join(generated_documents(TRAIN_DOCS, seed=0)) + "\n"
     _, held = shakespeare_paragraphs()
-    rng = random.Random(2)
     mixed = held + generated_documents(HELDOUT_DOCS, seed=1)
-    rng.shuffle(mixed)
-    HELDOUT.write_text("\n\n".join(mixed) + "\n", encoding="utf-8")
+    random.Random(2).shuffle(mixed)
+    return corpus, "\n\n".join(mixed) + "\n"
+
+
+def write_corpus() -> None:
+    """Rewrite assets/toy_corpus.txt and assets/toy_heldout.txt."""
+    corpus, held = corpus_texts()
+    CORPUS.write_text(corpus, encoding="utf-8")
+    HELDOUT.write_text(held, encoding="utf-8")
 
 
 def training_documents() -> list[str]:
