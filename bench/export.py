@@ -3,7 +3,7 @@
 Trains a small LoRA adapter on the bundled parity task with a plain PEFT loop (independent of the sft
 pipeline), then runs the merge and quantize steps and measures greedy task accuracy of the adapter, the
 merged model and the GPTQ export on recipes/data/parity_eval.jsonl, plus the steps' own figures.
-Options: --steps N (default 300), --lr (1e-3), --bits 4|8, --out DIR (default runs/bench-export).
+Options: --steps N (default 150), --lr (3e-3), --bits 4|8, --out DIR (default runs/bench-export).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
 
 
-def train_adapter(out: Path, steps: int, lr: float = 1e-3, seed: int = 0) -> float:
+def train_adapter(out: Path, steps: int, lr: float = 3e-3, seed: int = 0) -> float:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -34,10 +34,8 @@ def train_adapter(out: Path, steps: int, lr: float = 1e-3, seed: int = 0) -> flo
     base = toy_path(0)
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    # the toy's frozen tied embeddings (row norm ~0.23) cap every logit near 3, so LoRA alone cannot make an
-    # answer likely; training the final norm's 128 weights (modules_to_save) lets the logit scale grow
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM",
-                                             modules_to_save=["norm"]))
+    # the menu's defaults: rank 8, alpha 16, all linear layers; the pretrained toy learns the rule with them
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
     examples = []
     for row in rows("parity_sft.jsonl"):
         prompt = tok.apply_chat_template(row["messages"][:-1], tokenize=False, add_generation_prompt=True)
@@ -93,8 +91,8 @@ def accuracy(ref: str) -> float:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="bench export")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--bits", type=int, default=4, choices=[4, 8])
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from swiftbox.training.distributed import launch as distributed
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
-from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
-from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.pipelines.base import StepContext
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
+from swiftbox.training.distributed import launch as distributed
+from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
+from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
 from tests.conftest import ROOT
 
 DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
@@ -445,5 +445,4 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
     acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
     print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss {one['metrics']['train_loss']} acc {acc_one:.2f} | "
           f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss {two['metrics']['train_loss']} acc {acc_two:.2f}")
-    assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
-    assert acc_two >= acc_one - 0.1
+    assert acc_one >= 0.9 and acc_two >= 0.9   # both learn the rule (the pretrained toy: LoRA can learn it)

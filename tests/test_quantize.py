@@ -195,7 +195,7 @@ def test_calibration_sources(toy_dir, tmp_path):
 def test_group_size_is_fitted_to_layer_widths(toy_dir):
     from swiftbox.pipelines.quantize import fit_group_size, layer_widths
 
-    assert layer_widths(toy_dir) == {128, 256}
+    assert layer_widths(toy_dir) == {128, 512}
     assert fit_group_size(128, {128, 256}) == (128, None)
     size, note = fit_group_size(128, {96, 192})
     assert size == 32 and "96" in note

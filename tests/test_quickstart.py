@@ -1,15 +1,19 @@
-"""The quickstart, end to end on the toy model, held to the numbers the issues ask for: base near
-chance, SFT >= 0.9 held-out, DPO raises the reward margin and keeps accuracy, merge keeps the outputs,
-GPTQ 4-bit keeps >= 0.85 at a fraction of the size, and the served model answers the openai client."""
+"""The quickstart, end to end on the pretrained toy, held to the numbers issue 13 asks for: the base model
+is a language model (low held-out perplexity) that is near chance on the task; LoRA SFT with the menu's
+defaults reaches >= 0.95 held-out; DPO raises the reward margin and keeps the accuracy; merge keeps the
+outputs; GPTQ 4-bit keeps >= 0.9 with perplexity within +5% (8-bit within +1%); the served model answers
+the openai client. The QLoRA recipe and a DoRA variant are held to >= 0.9."""
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from tests.conftest import run_cli
 
 
 def test_quickstart_numbers_hold(tmp_path):
-    out = run_cli("quickstart", "--runs-root", str(tmp_path), timeout=900)
+    out = run_cli("quickstart", "--runs-root", str(tmp_path), timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "quickstart" / "summary.json").read_text())
     steps = summary["steps"]
@@ -17,12 +21,46 @@ def test_quickstart_numbers_hold(tmp_path):
                                           "serve"]
     assert all(s["ok"] for s in steps)
     base, sft, after_sft, dpo, after_dpo, merge, after_merge, quant, after_quant, serve = (s["metrics"] for s in steps)
-    assert abs(base["choice_accuracy"] - base["chance"]) <= 0.15 and base["accuracy"] <= 0.6   # untrained
+    assert base["perplexity"] < 25                                            # pretrained: a random toy is ~1000
+    assert abs(base["choice_accuracy"] - base["chance"]) <= 0.15 and base["accuracy"] <= 0.6   # task not known
     assert sft["loss_last"] < sft["loss_first"]
-    assert after_sft["accuracy"] >= 0.9                                        # held-out questions
+    assert after_sft["accuracy"] >= 0.95                                       # held-out questions, LoRA r8
     assert dpo["reward_margin_last"] > dpo["reward_margin_first"]
-    assert after_dpo["accuracy"] >= 0.9
+    assert after_dpo["accuracy"] >= 0.95
     assert merge["max_abs_logit_diff"] <= 1e-4 and after_merge["accuracy"] == after_dpo["accuracy"]
-    assert quant["size_ratio"] < 0.5 and after_quant["accuracy"] >= 0.85
+    assert quant["size_ratio"] < 0.5 and after_quant["accuracy"] >= 0.9
+    assert quant["perplexity_ratio"] <= 1.05 and after_quant["perplexity"] <= 1.05 * after_merge["perplexity"]
     assert serve["ok"] is True and serve["answer"] in ("yes", "no")
     assert "quickstart" in out.stdout and "summary:" in out.stdout            # the closing table
+
+    # 8-bit from the same merged model: perplexity within +1%
+    merged = steps[5]["output"]
+    q8 = run_cli("quantize", merged, "--bits", "8", "--output", str(tmp_path / "q8"), timeout=600)
+    assert q8.returncode == 0, q8.stderr[-2000:]
+    assert json.loads((tmp_path / "q8" / "swiftbox.json").read_text())["metrics"]["perplexity_ratio"] <= 1.01
+
+
+@pytest.mark.slow
+def test_quickstart_qlora_numbers_hold(tmp_path):
+    pytest.importorskip("bitsandbytes")
+    out = run_cli("run", "recipes/quickstart-qlora.yaml", "--runs-root", str(tmp_path), timeout=1200)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps = json.loads((tmp_path / "quickstart-qlora" / "summary.json").read_text())["steps"]
+    by_index = [s["metrics"] for s in steps]
+    kinds = [s["step"] for s in steps]
+    after_sft = by_index[kinds.index("sft") + 1]
+    after_merge = by_index[kinds.index("merge") + 1]
+    after_quant = by_index[kinds.index("quantize") + 1]
+    assert after_sft["accuracy"] >= 0.9 and after_merge["accuracy"] >= 0.9 and after_quant["accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_dora_variant_learns_the_task(tmp_path):
+    recipe = {"name": "dora", "model": "toy", "steps": [
+        {"sft": {"dataset": "recipes/data/parity_sft.jsonl", "method": "dora", "lora": {"rank": 8, "alpha": 16},
+                 "epochs": 5, "learning_rate": 3.0e-3, "batch_size": 16}},
+        {"eval": {"dataset": "recipes/data/parity_eval.jsonl"}}]}
+    from swiftbox.runner import run_recipe
+
+    summary = run_recipe(recipe, runs_root=tmp_path)
+    assert summary["steps"][1]["metrics"]["accuracy"] >= 0.9

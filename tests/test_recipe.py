@@ -27,15 +27,19 @@ def test_quickstart_and_every_shipped_recipe_validate():
     kinds = [s.kind for s in recipe.steps]
     assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-1] == "serve"
     sft, dpo = recipe.steps[1].config, recipe.steps[3].config
-    # full SFT on the random toy, then a LoRA adapter from DPO (docs/quickstart.md says why)
-    assert isinstance(sft, SftStep) and sft.method == "full" and dpo.method == "lora"
+    # LoRA with the menu's defaults on the pretrained toy; DPO continues the adapter (docs/quickstart.md)
+    assert isinstance(sft, SftStep) and sft.method == "lora" and (sft.lora.rank, sft.lora.alpha) == (8, 16)
+    assert sft.lora.targets == "all-linear" and dpo.method == "lora"
+    qlora = load_recipe(ROOT / "recipes" / "quickstart-qlora.yaml")
+    assert [s.kind for s in qlora.steps] == kinds and qlora.steps[1].config.method == "qlora"
 
 
 def test_overrides_reach_the_right_steps():
-    data = apply_overrides(BASE, ["sft.lora.rank=16", "eval[2].limit=5", "model=toy:3", "sft.epochs=1"])
+    data = apply_overrides(BASE, ["sft.lora.rank=16", "eval[2].limit=5", "model=hf:Qwen/Qwen2.5-0.5B-Instruct",
+                                  "sft.epochs=1"])
     recipe = validate_recipe(data)
-    assert recipe.header.model == "toy:3"
-    sft = [s for s in recipe.steps if s.kind == "sft"][0].config
+    assert recipe.header.model == "hf:Qwen/Qwen2.5-0.5B-Instruct"
+    sft = next(s for s in recipe.steps if s.kind == "sft").config
     assert sft.lora.rank == 16 and sft.epochs == 1
     evals = [s.config for s in recipe.steps if s.kind == "eval"]
     assert [e.limit for e in evals[:3]] == [None, 5, None]
@@ -108,7 +112,7 @@ def check_contract(data):
         assert exc.exit_code == 2
 
 
-FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = {"deadline": None, "suppress_health_check": list(HealthCheck)}
 
 
 @settings(max_examples=150, **FUZZ)

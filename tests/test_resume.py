@@ -22,7 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # like the child (OMP_
 def test_kill_9_then_resume_completes(tmp_path):
     out = tmp_path / "adapter"
     args = ["sft", "toy", "--dataset", "recipes/data/parity_sft.jsonl#96", "--max-steps", str(MAX_STEPS),
-            "--save-steps", "5", "--batch-size", "4", "--logging-steps", "5", "--output", str(out)]
+            "--save-steps", "5", "--batch-size", "4", "--logging-steps", "5", "--learning-rate", "3e-3",
+            "--output", str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "swiftbox", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -43,12 +44,14 @@ def test_kill_9_then_resume_completes(tmp_path):
     from swiftbox.runner import run_step
 
     entry = run_step("sft", {"model": "toy", "dataset": "recipes/data/parity_sft.jsonl#96", "max_steps": MAX_STEPS,
-                             "save_steps": 5, "batch_size": 4, "logging_steps": 5, "output": str(out),
+                             "save_steps": 5, "batch_size": 4, "logging_steps": 5, "learning_rate": 3e-3,
+                             "output": str(out),
                              "resume": True}, runs_root=tmp_path / "runs", log=lambda m: None)
     m = entry["metrics"]
     assert m["resumed_from_step"] and 5 <= m["resumed_from_step"] < MAX_STEPS and m["steps"] == MAX_STEPS
     assert (out / MANIFEST).is_file() and not out.with_name(out.name + ".partial").exists()
     assert read_manifest(out)["metrics"]["resumed_from_step"] == m["resumed_from_step"]
+    assert m["loss_last"] < 0.5 * m["loss_first"]            # the resumed run goes on learning the pretrained toy
 
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import load_model, resolve_spec
