@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from swiftbox.training.distributed import launch as distributed
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
+from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
+from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.pipelines.base import StepContext
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
-from swiftbox.training.distributed import launch as distributed
-from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
-from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
 from tests.conftest import ROOT
 
 DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
