@@ -11,9 +11,11 @@ import pytest
 
 from tests.conftest import run_cli
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}   # a tiny model gains nothing from threads; spinning ones cost a lot on 2 cores
+
 
 def test_quickstart_numbers_hold(tmp_path):
-    out = run_cli("quickstart", "--runs-root", str(tmp_path), timeout=1200)
+    out = run_cli("quickstart", "--runs-root", str(tmp_path), env=ONE_THREAD, timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "quickstart" / "summary.json").read_text())
     steps = summary["steps"]
@@ -35,7 +37,7 @@ def test_quickstart_numbers_hold(tmp_path):
 
     # 8-bit from the same merged model: perplexity within +1%
     merged = steps[5]["output"]
-    q8 = run_cli("quantize", merged, "--bits", "8", "--output", str(tmp_path / "q8"), timeout=600)
+    q8 = run_cli("quantize", merged, "--bits", "8", "--output", str(tmp_path / "q8"), env=ONE_THREAD, timeout=600)
     assert q8.returncode == 0, q8.stderr[-2000:]
     assert json.loads((tmp_path / "q8" / "swiftbox.json").read_text())["metrics"]["perplexity_ratio"] <= 1.01
 
@@ -43,7 +45,8 @@ def test_quickstart_numbers_hold(tmp_path):
 @pytest.mark.slow
 def test_quickstart_qlora_numbers_hold(tmp_path):
     pytest.importorskip("bitsandbytes")
-    out = run_cli("run", "recipes/quickstart-qlora.yaml", "--runs-root", str(tmp_path), timeout=1200)
+    out = run_cli("run", "recipes/quickstart-qlora.yaml", "--runs-root", str(tmp_path), env=ONE_THREAD,
+                  timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
     steps = json.loads((tmp_path / "quickstart-qlora" / "summary.json").read_text())["steps"]
     by_index = [s["metrics"] for s in steps]
