@@ -57,11 +57,15 @@ def test_pretraining_is_deterministic_per_seed(tmp_path):
 def test_eval_reports_heldout_perplexity_far_below_a_random_models(cli, tmp_path, toy_dir):
     from transformers import AutoTokenizer
 
-    res = cli("eval", "toy", "--perplexity", str(HELDOUT), "--output", str(tmp_path / "ev"))
+    from swiftbox.data import load_texts
+    from swiftbox.pipelines.eval import perplexity
+
+    res = cli("eval", "toy", "--perplexity", str(HELDOUT), "--limit", "100", "--output", str(tmp_path / "ev"),
+              env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-2000:]
     pretrained = read_manifest(tmp_path / "ev")["metrics"]["perplexity"]
     tokenizer = AutoTokenizer.from_pretrained(toy_dir)
-    random_ppl = toy.heldout_perplexity(toy.new_model(tokenizer, seed=0), tokenizer)
+    random_ppl = perplexity(toy.new_model(tokenizer, seed=0), tokenizer, load_texts(HELDOUT)[:100])
     assert pretrained < 25 and random_ppl > 500, (pretrained, random_ppl)
 
 
