@@ -12,29 +12,15 @@ import sys
 import typing
 from pathlib import Path
 
+from swiftbox.args import OneLineParser
+from swiftbox.device import DEVICE_CHOICES
+from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-PIPELINE_HELP = {
-    "download": "fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)",
-    "sft": "supervised fine-tuning: LoRA / QLoRA / DoRA / full",
-    "dpo": "preference alignment with DPO",
-    "eval": "accuracy on a question/answer file and perplexity",
-    "merge": "merge adapters into their base model",
-    "quantize": "GPTQ 4/8-bit export",
-    "serve": "OpenAI-compatible server (built-in engine or vLLM)",
-    "chat": "chat in the terminal with a model or a running server",
-}
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad flags as one line (exit 2) instead of usage + error."""
-
-    def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
+DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 
 
 def _is_list_type(annotation) -> bool:
@@ -77,6 +63,8 @@ def _settings_from_args(args: argparse.Namespace, schema) -> dict:
             node = node.setdefault(part, {})
         if isinstance(value, list) and len(value) == 1 and not _wants_list(schema, parts):
             value = value[0]
+        if parts == ["devices"] and isinstance(value, str):
+            value = parse_cli_devices(value)     # on the command line a bare number is a count
         node[parts[-1]] = value
     if getattr(args, "model_pos", None):
         settings["model"] = args.model_pos
@@ -98,10 +86,13 @@ def _wants_list(schema, parts: list[str]) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from swiftbox import __version__
     from swiftbox.steps import STEP_TYPES
 
     parser = OneLineParser(prog="swiftbox", description="swiftbox - the LLM appliance. No command opens the menu.")
-    parser.add_argument("--version", action="version", version="swiftbox 0.1.0")
+    parser.add_argument("--version", action="version", version=f"swiftbox {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the libraries' own warnings and banners (default: in the run's log only)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("run", help="run a recipe file")
@@ -115,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
 
     p = sub.add_parser("test", help="run the test suite (fast by default)")
     p.add_argument("--slow", action="store_true", help="only the slow tests")
@@ -135,9 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
     for kind, schema in STEP_TYPES.items():
-        p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
+        p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
-        p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+        p.add_argument("--device", default=None, help=DEVICE_HELP)
         _add_schema_flags(p, schema)
     return parser
 
@@ -189,9 +180,13 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
-        return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
+        from swiftbox.modeling.registry import print_models
+
+        return print_models()
     if command == "parity":
-        return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
+        from swiftbox.parity import parity_cli
+
+        return parity_cli(args.a, args.b, args.parity_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 
@@ -200,20 +195,6 @@ def dispatch(args: argparse.Namespace) -> int:
         print(json.dumps({"output": entry["output"], "metrics": entry["metrics"]}, default=str))
         return 0
     raise UserError(f"unknown command {command!r}")
-
-
-def _optional(module: str, attr: str, what: str):
-    """A command whose module lands with a later issue: fail plainly (exit 1) until it exists."""
-    import importlib
-
-    from swiftbox.errors import NotBuilt
-
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            raise NotBuilt(f"{what} is not implemented yet") from None
-        raise
 
 
 def run_tests(args: argparse.Namespace) -> int:

@@ -180,14 +180,16 @@ def print_table(result: dict, broken: list[str]) -> None:
 
 def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     """`./launch.sh parity A B [--probe FILE] [--max-diff X] [--min-cosine Y] [--json]`; 1 past a threshold."""
-    from swiftbox.cli import OneLineParser
+    from swiftbox.args import OneLineParser
+    from swiftbox.device import DEVICE_CHOICES
+    from swiftbox.steps import DTYPE_NAMES
 
     parser = OneLineParser(prog="swiftbox parity")
     parser.add_argument("--probe", default=None, help="prompts: .txt (one a line) or .jsonl; default: built-in")
     parser.add_argument("--max-diff", type=float, default=None, help="fail (exit 1) when max |Δlogit| exceeds this")
     parser.add_argument("--min-cosine", type=float, default=None, help="fail (exit 1) when a position's cosine is below")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES])
+    parser.add_argument("--device", default=None, help=" | ".join(DEVICE_CHOICES))
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")

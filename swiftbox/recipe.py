@@ -12,6 +12,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from pydantic import Field, ValidationError
 
 from swiftbox.device import DEVICE_CHOICES
+from swiftbox.device.devices import DevicesField
 from swiftbox.errors import UserError
 from swiftbox.steps import STEP_TYPES, StepBase, Strict
 
@@ -22,7 +23,7 @@ class RecipeHeader(Strict):
     name: str = Field(..., pattern=NAME_RE, description="recipe name; outputs go to runs/<name>/")
     model: Optional[str] = Field(None, description="the first step's input model")
     device: Literal.__getitem__(DEVICE_CHOICES) = Field("auto", description="auto or a platform name")
-    devices: Optional[Union[int, str]] = Field(None, description="device ids '0,1' or a count for training steps")
+    devices: Optional[DevicesField] = Field(None, description="default devices of the training steps: a count (2) or ids ('0,1')")
     output_dir: Optional[str] = Field(None, description="default runs/<name>")
     description: Optional[str] = None
 

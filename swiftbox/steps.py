@@ -5,11 +5,13 @@ all validate through the classes here. Field descriptions double as CLI help.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Union, get_args
 
+from swiftbox.device.devices import DevicesField
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)[1:]      # the concrete compute dtypes
 
 
 class Strict(BaseModel):
@@ -51,18 +53,13 @@ class TrainBase(StepBase):
     logging_steps: int = Field(5, ge=1)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
     # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
-    devices: Optional[Union[int, str]] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3'; one id: '3,'); >1 relaunches under torchrun")
+    devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id '3,'); more than one relaunches under torchrun")
     nnodes: int = Field(1, ge=1, description="machines taking part; run the same step on each with its node_rank")
     node_rank: int = Field(0, ge=0, description="this machine's index, 0..nnodes-1 (0 writes the artifacts)")
     master_addr: str = Field("127.0.0.1", description="address of node 0, reachable from every node")
     master_port: int = Field(29500, ge=1, le=65535, description="free TCP port on node 0 for the rendezvous")
     deepspeed: Optional[str] = Field(None, description="zero2 | zero3 | zero3_offload | path to a DeepSpeed json")
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, value):
-        return parse_devices(value)
 
     @field_validator("deepspeed")
     @classmethod
@@ -97,11 +94,15 @@ class TrainBase(StepBase):
 
 
 class SftStep(TrainBase):
+    """supervised fine-tuning: LoRA / QLoRA / DoRA / full"""
+
     packing: bool = Field(True, description="padding-free packing of samples")
     group_by_length: bool = Field(False, description="batch samples of similar length together")
 
 
 class DpoStep(TrainBase):
+    """preference alignment with DPO"""
+
     beta: float = Field(0.1, gt=0, description="DPO temperature")
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
     ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
@@ -110,6 +111,8 @@ class DpoStep(TrainBase):
 
 
 class EvalStep(StepBase):
+    """accuracy on a question/answer file and perplexity"""
+
     dataset: Optional[str] = Field(None, description="jsonl with questions and reference answers")
     match: Literal["exact", "contains"] = Field("exact", description="how a generated answer is compared")
     perplexity: Optional[str] = Field(None, description="text/jsonl file to measure perplexity on")
@@ -120,6 +123,8 @@ class EvalStep(StepBase):
 
 
 class DownloadStep(StepBase):
+    """fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)"""
+
     source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless hf: prefix")
     revision: Optional[str] = Field(None, description="branch, tag or commit; default master (ModelScope) / main (HF)")
     include: Optional[list[str]] = Field(None, description="glob patterns to fetch (default: everything but pickles)")
@@ -132,6 +137,8 @@ class DownloadStep(StepBase):
 
 
 class MergeStep(StepBase):
+    """merge adapters into their base model"""
+
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
     dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the platform's")
@@ -149,6 +156,8 @@ class MergeStep(StepBase):
 
 
 class QuantizeStep(StepBase):
+    """GPTQ 4/8-bit export"""
+
     method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
     bits: Literal[4, 8] = Field(4, description="4 or 8")
     group_size: int = Field(128, description="GPTQ group size (-1 = per-channel); lowered to one that divides every "
@@ -167,6 +176,8 @@ class QuantizeStep(StepBase):
 
 
 class ServeStep(StepBase):
+    """OpenAI-compatible server (built-in engine or vLLM)"""
+
     engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it runs")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server")
     port: int = Field(8000, ge=0, le=65535)
@@ -175,7 +186,7 @@ class ServeStep(StepBase):
     served_model_name: Optional[str] = None
     max_model_len: Optional[int] = Field(None, ge=16)
     max_batch_size: int = Field(8, ge=1, description="built-in engine: concurrent sequences")
-    devices: Optional[Union[int, str]] = None
+    devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM tensor-parallel size = the number of devices")
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
@@ -188,6 +199,8 @@ class ServeStep(StepBase):
 
 
 class ChatStep(StepBase):
+    """chat in the terminal with a model or a running server"""
+
     url: Optional[str] = Field(None, description="chat with a running server instead of loading the model")
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
@@ -208,34 +221,6 @@ DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
 
 
-def parse_devices(value):
-    """Training `devices`: 4 or '4' is a count; '0,1,2,3' (or '3,' for one id) lists ids. Keeps the input's
-    form (int count or id string) after checking it, so manifests show what the user wrote."""
-    if value is None or isinstance(value, bool):
-        if isinstance(value, bool):
-            raise ValueError("expected a device count or ids like '0,1'")
-        return value
-    if isinstance(value, int):
-        if value < 1:
-            raise ValueError(f"expected a device count of at least 1, got {value}")
-        return value
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text in ("", "auto"):
-            return None
-        if text.isdigit():
-            return parse_devices(int(text))
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        if not parts or not all(p.isdigit() for p in parts):
-            raise ValueError(f"expected a device count (4) or comma-separated ids ('0,1'), got {value!r}")
-        if len(set(parts)) != len(parts):
-            raise ValueError(f"device ids repeat in {value!r}")
-        return ",".join(parts) + ("," if len(parts) == 1 else "")
-    raise ValueError(f"expected a device count or ids like '0,1', got {type(value).__name__}")
-
-
 def _parse_pairs(value):
     """Accept {'a': 'p'} or ['a=p', ...] (the CLI form) for name=path maps."""
     if isinstance(value, (list, tuple)):
@@ -249,6 +234,8 @@ def _parse_pairs(value):
     return value
 
 
+# The step kinds, in the order the CLI and docs list them. A new pipeline adds its schema here (its docstring
+# is the command's help line) and swiftbox/pipelines/<kind>.py; the runner, worker, CLI and API find it.
 STEP_TYPES: dict[str, type[StepBase]] = {
     "download": DownloadStep,
     "sft": SftStep,

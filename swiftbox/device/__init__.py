@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Callable
 
-from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal, normalise_devices
+from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
+from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.npu import NpuPlatform, npu_import_error
@@ -73,6 +74,12 @@ def current_platform(requested: str | None = None) -> Platform:
     return _current
 
 
+def broken_backends() -> dict[str, str]:
+    """Backends whose runtime is installed but fails to import, with the error (for doctor)."""
+    error = npu_import_error()
+    return {"npu": error} if error else {}
+
+
 def _reset_for_tests() -> None:
     global _current
     _current = None
@@ -80,5 +87,5 @@ def _reset_for_tests() -> None:
 
 __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
-    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "normalise_devices",
+    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices", "parse_devices",
 ]

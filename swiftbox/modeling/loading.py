@@ -13,8 +13,8 @@ from typing import Optional
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.errors import UserError
 from swiftbox.hub.resolve import resolve_model
+from swiftbox.steps import DTYPE_NAMES
 
-TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 @dataclass
@@ -71,9 +71,9 @@ def resolve_spec(ref: str, base: Optional[str] = None, *, revision: Optional[str
 def torch_dtype(name: str):
     import torch
 
-    if name not in TORCH_DTYPES:
-        raise UserError(f"dtype: expected one of {', '.join(TORCH_DTYPES)}, got {name!r}")
-    return getattr(torch, TORCH_DTYPES[name])
+    if name not in DTYPE_NAMES:
+        raise UserError(f"dtype: expected one of {', '.join(DTYPE_NAMES)}, got {name!r}")
+    return getattr(torch, name)
 
 
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
@@ -141,7 +141,9 @@ def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: b
     import os
 
     platform.require("gptq")
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes on <=2 cores without it
+    from swiftbox.compat import gptqmodel_env
+
+    gptqmodel_env()
     from gptqmodel import GPTQModel
 
     wrapped = GPTQModel.load(str(path), device=platform.torch_device(0), dtype=torch_dtype(dtype),

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
-from swiftbox.errors import NotBuilt, SwiftboxError, UserError
+from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import MergeStep
 
-PRODUCES_MODEL = True
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 
 
@@ -36,7 +37,7 @@ def adapter_chain(refs: list[str], base: str | None):
         base_ref = base or adapter_base_ref(path)
         try:
             resolve_model(base_ref)
-        except (UserError, NotBuilt) as exc:
+        except UserError as exc:
             raise UserError(f"merge: the base model of adapter {ref}, {base_ref!r}, cannot be found "
                             f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained on") from None
         this = resolve_spec(str(path), base=base)
@@ -74,7 +75,7 @@ def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
     return ctx.dtype("auto")
 
 
-def run(cfg, ctx):
+def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     started = time.time()
     refs = list(cfg.adapters or [ctx.input])
     spec, adapters = adapter_chain(refs, cfg.base)  # refusals come before anything heavy is imported
@@ -83,7 +84,6 @@ def run(cfg, ctx):
 
     from swiftbox import parity as P
     from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer
-    from swiftbox.pipelines.base import StepResult
 
     dtype = merge_dtype(cfg, ctx, adapters)
     tolerance = cfg.tolerance or TOLERANCE[dtype]
@@ -158,3 +158,6 @@ def _datasets(adapters: list[Path]) -> list[str]:
                 if isinstance(item, str) and item not in out:
                     out.append(item)
     return out
+
+
+PIPELINE = declare("merge", MergeStep, produces_model=True, run=run)

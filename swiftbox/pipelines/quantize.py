@@ -8,7 +8,6 @@ transformers loads it when `optimum` is installed, gptqmodel loads it always (se
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -17,9 +16,12 @@ import time
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.compat import gptqmodel_env, gptqmodel_log_dir
 from swiftbox.errors import UserError
+from swiftbox.device import Platform
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import QuantizeStep
 
-PRODUCES_MODEL = True
 BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 MAX_HELD_OUT = 32
@@ -190,25 +192,15 @@ def weight_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
 
 
-@contextlib.contextmanager
-def gptq_logs_in(folder: Path):
-    """gptqmodel writes a per-layer log to ./logs/ of the current directory; keep it in the output instead."""
-    from gptqmodel.looper import loop_processor
-
-    before = loop_processor._PROJECT_LOG_DIR
-    loop_processor._PROJECT_LOG_DIR = folder
-    try:
-        yield
-    finally:
-        loop_processor._PROJECT_LOG_DIR = before
+def check(cfg: QuantizeStep, platform: Platform) -> None:
+    platform.require("gptq")
 
 
-def run(cfg, ctx):
-    ctx.platform.require("gptq")
+def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     spec = check_input(ctx.input)
     files, origin = calibration_files(cfg, ctx)
 
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes in quantize() on <=2 cores without it
+    gptqmodel_env()
     import gc
 
     from gptqmodel import GPTQModel, QuantizeConfig
@@ -216,7 +208,6 @@ def run(cfg, ctx):
     from swiftbox import parity as P
     from swiftbox.modeling.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
                                    transformers_loads_gptq)
-    from swiftbox.pipelines.base import StepResult
 
     started = time.time()
     dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))
@@ -236,7 +227,7 @@ def run(cfg, ctx):
     model = GPTQModel.load(str(spec.base), qconfig, device=ctx.platform.torch_device(0), dtype=torch_dtype(dtype),
                            trust_remote_code=cfg.trust_remote_code)
     t0 = time.time()
-    with gptq_logs_in(Path(ctx.work_dir) / "logs"):
+    with gptqmodel_log_dir(Path(ctx.work_dir) / "logs"):
         model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer)
     quantize_seconds = time.time() - t0
     model.save(str(ctx.work_dir), max_shard_size=cfg.max_shard_size)
@@ -270,3 +261,6 @@ def run(cfg, ctx):
         quantization["note"] = note
     return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
                                              "source_model": str(spec.base), "dtype": dtype})
+
+
+PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.steps import TrainBase
+from swiftbox.training.distributed.args import check_distributed
 from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
 
 
@@ -22,21 +25,12 @@ class TrainModel:
     continued: Optional[str]   # the adapter artifact training continues from, if any
 
 
-def require_method(cfg, ctx) -> None:
-    """Refuse a method this platform cannot run (QLoRA on NPU: exit 3 naming LoRA) before any work; the
-    empty work dir the runner made is removed so nothing is left behind."""
-    if cfg.method != "qlora":
-        return
-    from swiftbox.errors import Unsupported
-
-    try:
-        ctx.platform.require("qlora-bnb")
-    except Unsupported:
-        try:
-            ctx.work_dir.rmdir()
-        except OSError:
-            pass
-        raise
+def check_training(cfg: TrainBase, platform: Platform) -> None:
+    """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
+    naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""
+    if cfg.method == "qlora":
+        platform.require("qlora-bnb")
+    check_distributed(cfg, platform)
 
 
 def quantization_config(cfg, dtype: str, platform):

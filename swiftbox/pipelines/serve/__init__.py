@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from swiftbox.errors import UserError
+from swiftbox.device import Platform
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import ServeStep
 
-PRODUCES_MODEL = False
 
 
 @dataclass
@@ -132,9 +134,13 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
     return backend, names, process.stop
 
 
-def run(cfg, ctx):
+def check(cfg: ServeStep, platform: Platform) -> None:
+    if cfg.engine == "vllm":
+        platform.require("vllm")
+
+
+def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
     from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.base import StepResult
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -155,3 +161,6 @@ def run(cfg, ctx):
         return StepResult(metrics={"engine": backend.name, "stopped": True}, info=info)
     finally:
         close()
+
+
+PIPELINE = declare("serve", ServeStep, produces_model=False, check=check, run=run)

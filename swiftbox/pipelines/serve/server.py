@@ -65,23 +65,9 @@ def serve_forever(app, host: str, port: int, log=print) -> None:
     """Foreground: returns normally after Ctrl-C or SIGTERM, once uvicorn has shut down gracefully
     (uvicorn itself would re-raise the signal afterwards and end the process by it; a step that
     was asked to stop has succeeded, so the runner can write its manifest and exit 0)."""
-    import contextlib
-    import signal
-
     import uvicorn
 
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+    from swiftbox.compat import uvicorn_server
 
     sock = bind(host, port)
     real = sock.getsockname()[1]
@@ -90,6 +76,6 @@ def serve_forever(app, host: str, port: int, log=print) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.INFO)
     config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=5, lifespan="off")
     try:
-        Server(config).run(sockets=[sock])
+        uvicorn_server(config).run(sockets=[sock])
     finally:
         sock.close()
