@@ -130,9 +130,9 @@ def main() -> None:
 
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import torch_dtype
+    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.training.model import lora_config
 
     platform = current_platform(opts.device)

@@ -23,7 +23,8 @@ class RecipeHeader(Strict):
     name: str = Field(..., pattern=NAME_RE, description="recipe name; outputs go to runs/<name>/")
     model: Optional[str] = Field(None, description="the first step's input model")
     device: Literal.__getitem__(DEVICE_CHOICES) = Field("auto", description="auto or a platform name")
-    devices: Optional[DevicesField] = Field(None, description="default devices of the training steps: a count (2) or ids ('0,1')")
+    devices: Optional[DevicesField] = Field(None, description="default devices of the training steps: a count (2) or "
+                                                              "ids ('0,1')")
     output_dir: Optional[str] = Field(None, description="default runs/<name>")
     description: Optional[str] = None
 
@@ -184,4 +185,4 @@ def _set_on_steps(data: dict, kind: str, nth: Optional[int], path: list[str], va
                 node = node[part]
             node[path[-1]] = value
     if hits == 0 or (nth is not None and nth > hits):
-        raise UserError(f"--set {text!r}: the recipe has no {'%s[%d]' % (kind, nth) if nth else kind} step")
+        raise UserError(f"--set {text!r}: the recipe has no {f'{kind}[{nth}]' if nth else kind} step")

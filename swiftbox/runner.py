@@ -74,7 +74,8 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     pipeline = load_pipeline(step.kind)
     model_ref = cfg.model or current
     if model_ref is None and pipeline.needs_input:
-        raise UserError(f"steps[{step.index}].{step.kind}: no input model: set the recipe's model: or the step's model:")
+        raise UserError(f"steps[{step.index}].{step.kind}: no input model: set the recipe's model: or the step's "
+                        "model:")
     pipeline.check(cfg, platform)                       # refusals (exit 2/3) while nothing is on disk
     output = Path(cfg.output) if cfg.output else default_out
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),

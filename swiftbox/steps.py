@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union, get_args
 
-from swiftbox.device.devices import DevicesField
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from swiftbox.device.devices import DevicesField
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)[1:]      # the concrete compute dtypes
@@ -19,7 +20,8 @@ class Strict(BaseModel):
 
 
 class StepBase(Strict):
-    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir or an artifact dir; default: the previous step's output")
+    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir or an "
+                                                   "artifact dir; default: the previous step's output")
     output: Optional[str] = Field(None, description="output directory; default runs/<recipe>/<step>")
     force: bool = Field(False, description="replace an existing output directory")
     trust_remote_code: bool = Field(False, description="allow model repos to run their own python code")
@@ -53,7 +55,8 @@ class TrainBase(StepBase):
     logging_steps: int = Field(5, ge=1)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
     # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
-    devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id '3,'); more than one relaunches under torchrun")
+    devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id "
+                                                              "'3,'); more than one relaunches under torchrun")
     nnodes: int = Field(1, ge=1, description="machines taking part; run the same step on each with its node_rank")
     node_rank: int = Field(0, ge=0, description="this machine's index, 0..nnodes-1 (0 writes the artifacts)")
     master_addr: str = Field("127.0.0.1", description="address of node 0, reachable from every node")
@@ -74,7 +77,8 @@ class TrainBase(StepBase):
         if value is not None:
             bad = [w for w in value.split() if w not in FSDP_OPTIONS]
             if bad or not value.split():
-                raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from {', '.join(FSDP_OPTIONS)}")
+                raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from "
+                                 f"{', '.join(FSDP_OPTIONS)}")
         return value
 
     @field_validator("node_rank")
@@ -125,12 +129,15 @@ class EvalStep(StepBase):
 class DownloadStep(StepBase):
     """fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)"""
 
-    source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless hf: prefix")
+    source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless "
+                                                                                     "hf: prefix")
     revision: Optional[str] = Field(None, description="branch, tag or commit; default master (ModelScope) / main (HF)")
     include: Optional[list[str]] = Field(None, description="glob patterns to fetch (default: everything but pickles)")
     exclude: Optional[list[str]] = Field(None, description="glob patterns to skip")
-    allow_pickle: bool = Field(False, description="also fetch *.bin / *.pt pickle weights (they can run code when loaded)")
-    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / HF_HUB_CACHE)")
+    allow_pickle: bool = Field(False, description="also fetch *.bin / *.pt pickle weights (they can run code when "
+                                                  "loaded)")
+    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / "
+                                                       "HF_HUB_CACHE)")
     link: Literal["auto", "hardlink", "symlink", "copy"] = Field(
         "auto", description="how the output holds the files: auto = copy small files, hard-link weights "
                             "(symlink across filesystems) to the hub cache; copy duplicates everything")
@@ -141,7 +148,8 @@ class MergeStep(StepBase):
 
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the platform's")
+    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the "
+                                             "platform's")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
     tolerance: Optional[float] = Field(None, gt=0, description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
@@ -178,7 +186,8 @@ class QuantizeStep(StepBase):
 class ServeStep(StepBase):
     """OpenAI-compatible server (built-in engine or vLLM)"""
 
-    engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it runs")
+    engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it "
+                                                                                            "runs")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server")
     port: int = Field(8000, ge=0, le=65535)
     api_key: Optional[str] = Field(None, description="required on every route but /health (or SWIFTBOX_API_KEY)")
@@ -186,7 +195,8 @@ class ServeStep(StepBase):
     served_model_name: Optional[str] = None
     max_model_len: Optional[int] = Field(None, ge=16)
     max_batch_size: int = Field(8, ge=1, description="built-in engine: concurrent sequences")
-    devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM tensor-parallel size = the number of devices")
+    devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM "
+                                                              "tensor-parallel size = the number of devices")
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")

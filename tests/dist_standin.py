@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 
-from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepResult, declare
 from swiftbox.steps import SftStep
+from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
 from swiftbox.training.model import check_training
 
 NAME = "tests.dist_standin"

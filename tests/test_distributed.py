@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from swiftbox.training.distributed import launch as distributed
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform, parse_devices
-from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
-from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.pipelines.base import StepContext
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
+from swiftbox.training.distributed import launch as distributed
+from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
+from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
 from tests.conftest import ROOT
 
 DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
@@ -291,9 +291,11 @@ def test_failure_report_names_the_first_rank_to_fail_and_keeps_its_exit_class():
     # torchrun "first observed" rank 2 (both died within its poll); the worker marks say rank 3 failed first
     err = failure_error(1, marks + torchrun_report(root_rank=2, root_code=1, other=(3, 1, 2)))
     assert isinstance(err, UserError) and err.exit_code == 2
-    assert str(err) == "distributed run failed: rank 3 (local_rank 1 on node-b): UserError: dataset: row 7 has no messages"
+    assert str(err) == ("distributed run failed: rank 3 (local_rank 1 on node-b): "
+                        "UserError: dataset: row 7 has no messages")
     killed = failure_error(1, marks[1:] + torchrun_report(root_rank=3, root_code=-9, other=(2, 0, 1)))
-    assert type(killed) is SwiftboxError and str(killed).startswith("distributed run failed: rank 3 (local_rank 1 on node-b): killed by signal 9")
+    assert type(killed) is SwiftboxError and str(killed).startswith("distributed run failed: rank 3 (local_rank 1 on "
+                                                                    "node-b): killed by signal 9")
     silent = failure_error(1, torchrun_report(root_rank=1, root_code=7, other=(0, 0, -15)))
     assert "rank 1 (local_rank 1 on node-b): exit code 7" in str(silent)
     early = failure_error(1, ["RuntimeError: The server socket has failed to listen on any local network address."])
@@ -451,7 +453,9 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
     assert two["metrics"]["steps"] == one["metrics"]["steps"]
     assert two["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=0.1)
     acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
-    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss {one['metrics']['train_loss']} acc {acc_one:.2f} | "
-          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss {two['metrics']['train_loss']} acc {acc_two:.2f}")
+    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss "
+          f"{one['metrics']['train_loss']} acc {acc_one:.2f} | "
+          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss "
+          f"{two['metrics']['train_loss']} acc {acc_two:.2f}")
     assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
     assert acc_two >= acc_one - 0.1

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from menus import datasets, main, review, widgets
-from swiftbox.modeling.registry import PRESETS as ALL_PRESETS
 from menus.device_info import DeviceFacts, DeviceProbe
 from menus.flows import FLOWS, run_flow
 from menus.widgets import BACK
+from swiftbox.modeling.registry import PRESETS as ALL_PRESETS
 from tests.conftest import ROOT
-from tests.menu_keys import (BACKSPACE, CTRL_C, DOWN, ENTER, ESC, FACTS, UP, FakeRunner, keys, make_session)
+from tests.menu_keys import BACKSPACE, CTRL_C, DOWN, ENTER, ESC, FACTS, UP, keys, make_session
 
 SFT_DATA = "recipes/data/parity_sft.jsonl"
 
@@ -196,7 +196,8 @@ def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
 def test_method_default_is_qlora_when_only_it_fits(monkeypatch):
     from menus import questions, registry
 
-    monkeypatch.setattr(registry, "memory_estimate", lambda ref, method, dtype: {"lora": 20.0, "qlora": 7.0}.get(method))
+    monkeypatch.setattr(registry, "memory_estimate",
+                        lambda ref, method, dtype: {"lora": 20.0, "qlora": 7.0}.get(method))
     assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, set(), "lora") == "qlora"
     assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, {"qlora"}, "lora") == "lora"
     roomy = DeviceFacts(**{**FACTS.__dict__, "memory_gib": 80.0})

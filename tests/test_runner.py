@@ -40,8 +40,8 @@ def recipe(*steps, name="r"):
 
 
 def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
-    summary = run_recipe(recipe({"eval": {}}, {"sft": {"dataset": "d.jsonl"}}, {"eval": {}}, {"merge": {}}, {"eval": {}}),
-                         runs_root=tmp_path)
+    summary = run_recipe(recipe({"eval": {}}, {"sft": {"dataset": "d.jsonl"}}, {"eval": {}}, {"merge": {}},
+                                {"eval": {}}), runs_root=tmp_path)
     root = tmp_path / "r"
     assert [c[0] for c in fake_pipelines] == ["eval", "sft", "eval", "merge", "eval"]
     # eval does not change the chain; sft and merge do
@@ -49,7 +49,8 @@ def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
     assert [c[2] for c in fake_pipelines] == ["eval", "sft", "eval-2", "merge", "eval-3"]
     on_disk = json.loads((root / "summary.json").read_text())
     assert on_disk["recipe"] == "r" and on_disk["device"] == "cpu"
-    assert [(s["step"], s["ok"]) for s in on_disk["steps"]] == [(k, True) for k in ["eval", "sft", "eval", "merge", "eval"]]
+    kinds = ["eval", "sft", "eval", "merge", "eval"]
+    assert [(s["step"], s["ok"]) for s in on_disk["steps"]] == [(k, True) for k in kinds]
     manifest = read_manifest(root / "sft")
     assert manifest["kind"] == "sft" and manifest["input"] == "toy" and manifest["artifact"] == "adapter"
     assert manifest["config"]["dataset"] == "d.jsonl" and manifest["dtype"] == "float32"

@@ -59,7 +59,8 @@ def _colours(text, offset: int):
         if span.start <= offset < span.end:
             style += span.style if isinstance(span.style, Style) else Style.parse(str(span.style))
     fg = tuple(style.color.get_truecolor(MONOKAI)) if style.color and not style.color.is_default else None
-    bg = tuple(style.bgcolor.get_truecolor(MONOKAI, foreground=False)) if style.bgcolor and not style.bgcolor.is_default else None
+    has_bg = style.bgcolor and not style.bgcolor.is_default
+    bg = tuple(style.bgcolor.get_truecolor(MONOKAI, foreground=False)) if has_bg else None
     if style.reverse:
         fg, bg = bg or BG, fg or FG
     return (tuple(fg) if fg else None), (tuple(bg) if bg else None), bool(style.bold)

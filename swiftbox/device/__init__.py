@@ -12,9 +12,9 @@ import sys
 from typing import Callable
 
 from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
-from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
+from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.npu import NpuPlatform, npu_import_error
 from swiftbox.errors import Unsupported, UserError
 
@@ -87,5 +87,6 @@ def _reset_for_tests() -> None:
 
 __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
-    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices", "parse_devices",
+    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
+    "parse_devices",
 ]

@@ -5,7 +5,6 @@ Nothing here imports torch at module import time; methods import it when they ar
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -137,7 +136,8 @@ class Platform:
     def require(self, feature: str) -> None:
         refusal = self.why_not(feature)
         if refusal is not None:
-            raise Unsupported(f"{feature} is not available on {self.name}: {refusal.why}; use {refusal.instead} instead")
+            raise Unsupported(f"{feature} is not available on {self.name}: {refusal.why}; use {refusal.instead} "
+                              "instead")
 
     def capability_matrix(self) -> dict[str, str]:
         out = {}

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Optional, Union
 
 from pydantic import PlainSerializer, PlainValidator
 
-
 GRAMMAR = "a count (2) or device ids ('0,1', '3,' or [3])"
 
 

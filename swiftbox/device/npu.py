@@ -61,7 +61,8 @@ class NpuPlatform(Platform):
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",
             "method lora (or dora) in bf16/fp16",
         ),
-        "bnb": Refusal("bitsandbytes has no released Ascend backend", "a bf16/fp16 model, or a GPTQ export made on CPU/CUDA"),
+        "bnb": Refusal("bitsandbytes has no released Ascend backend", "a bf16/fp16 model, or a GPTQ export made on "
+                                                                      "CPU/CUDA"),
         "gptq": Refusal(
             "gptqmodel has no Ascend kernels",
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",

@@ -204,7 +204,8 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
         snap.files = wanted
         return snap
     path = hub.snapshot(listing, allow=allow, ignore=ignore, cache_dir=cache)
-    previously = {(e["path"], e.get("size"), e.get("sha256"), e.get("mtime_ns")) for e in (record or {}).get("files", [])}
+    previously = {(e["path"], e.get("size"), e.get("sha256"), e.get("mtime_ns"))
+                  for e in (record or {}).get("files", [])}
     for entry in wanted:
         _verify(hub, repo_id, path / entry["path"], entry, previously, sha256_file)
     snap = Snapshot(path, hub_key, repo_id, rev, listing.commit, listing.endpoint, wanted)

@@ -16,7 +16,6 @@ from swiftbox.hub.resolve import resolve_model
 from swiftbox.steps import DTYPE_NAMES
 
 
-
 @dataclass
 class ModelSpec:
     """What a reference points at: a base model dir plus adapters to apply in order."""
@@ -138,7 +137,6 @@ def gptq_dtype(platform, dtype: str) -> str:
 
 def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):
     """A GPTQ export as a plain transformers model, loaded by gptqmodel (used where optimum is absent)."""
-    import os
 
     platform.require("gptq")
     from swiftbox.compat import gptqmodel_env

@@ -19,7 +19,6 @@ from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import ChatStep
 
 
-
 def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
 
     if cfg.url:

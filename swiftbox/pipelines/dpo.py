@@ -18,6 +18,7 @@ from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DpoStep
 from swiftbox.training.model import check_training
+
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
               "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
 
@@ -65,7 +66,8 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
         log(f"dpo: dropped {dropped} pair(s) whose chosen/rejected answer keeps no token within max_length "
              f"{cfg.max_length}")
     if not pairs:
-        raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length {cfg.max_length}")
+        raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length "
+                        f"{cfg.max_length}")
 
     ref_model = None
     if cfg.method == "full":

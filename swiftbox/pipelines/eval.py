@@ -14,8 +14,8 @@ import json
 import math
 import string
 
-from swiftbox.errors import UserError
 from swiftbox.device import Platform
+from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import EvalStep
 
@@ -104,7 +104,8 @@ def choose(model, tokenizer, prompts: list[list[dict]], choices: list[str], batc
     for i, prompt in enumerate(prompts):
         head = len(_ids(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)))
         for j, choice in enumerate(choices):
-            ids = _ids(tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": choice}], tokenize=True))
+            answered = prompt + [{"role": "assistant", "content": choice}]
+            ids = _ids(tokenizer.apply_chat_template(answered, tokenize=True))
             rows.append((i, j, ids, len(ids) - head))
     scores = [[-math.inf] * len(choices) for _ in prompts]
     for k in range(0, len(rows), batch_size):

@@ -39,7 +39,8 @@ def adapter_chain(refs: list[str], base: str | None):
             resolve_model(base_ref)
         except UserError as exc:
             raise UserError(f"merge: the base model of adapter {ref}, {base_ref!r}, cannot be found "
-                            f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained on") from None
+                            f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained "
+                            "on") from None
         this = resolve_spec(str(path), base=base)
         if spec is None:
             spec = this
@@ -119,7 +120,8 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     effect = P.compare(base_logits, reference, mask)
     if worst / scale > tolerance:
         raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
-                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was written")
+                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was "
+                            "written")
     methods = [(read_manifest(a) or {}).get("method") or _peft_type(a) for a in adapters]
     metrics = {
         "max_abs_logit_diff": worst,

@@ -9,7 +9,6 @@ transformers loads it when `optimum` is installed, gptqmodel loads it always (se
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import time
@@ -17,8 +16,8 @@ from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.compat import gptqmodel_env, gptqmodel_log_dir
-from swiftbox.errors import UserError
 from swiftbox.device import Platform
+from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import QuantizeStep
 
@@ -35,11 +34,13 @@ def check_input(ref: str):
     path = resolve_model(ref)
     if is_adapter_dir(path):
         raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
-                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize {Path(str(ref)).name}-merged "
+                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
+                        f"{Path(str(ref)).name}-merged "
                         "(in a recipe: put a merge: {} step before quantize)")
     spec = resolve_spec(str(path))
     if spec.quantized:
-        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source instead")
+        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
+                        "instead")
     return spec
 
 
@@ -48,13 +49,15 @@ def calibration_files(cfg, ctx) -> tuple[list[Path], str]:
     if cfg.dataset:
         path = _data_path(cfg.dataset)
         if not path.is_file():
-            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt file")
+            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt "
+                            "file")
         return [path], "dataset"
     named = lineage_datasets(ctx.lineage())
     if named:
         found = [p for p in (_data_path(n) for n in named) if p.is_file()]
         if not found:
-            raise UserError(f"quantize: missing calibration data: the training data in the lineage ({', '.join(named)}) "
+            raise UserError(f"quantize: missing calibration data: the training data in the lineage "
+                            f"({', '.join(named)}) "
                             "is not on disk; pass dataset: (--dataset) with a .jsonl/.txt file")
         return found, "lineage"
     if not BUNDLED.is_file():
@@ -90,9 +93,11 @@ def read_texts(files: list[Path], tokenizer) -> list[str]:
             texts += [line.strip() for line in raw.splitlines() if line.strip()]
             continue
         try:
-            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(l) for l in raw.splitlines() if l.strip()]
+            lines = [ln for ln in raw.splitlines() if ln.strip()]
+            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(ln) for ln in lines]
         except json.JSONDecodeError as exc:
-            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line "
+                            f"{exc.lineno})") from None
         for row in rows if isinstance(rows, list) else []:
             text = _row_text(row, tokenizer) if isinstance(row, dict) else None
             if text:
@@ -107,7 +112,8 @@ def _row_text(row: dict, tokenizer) -> str | None:
     messages = row.get("messages")
     if not isinstance(messages, list) and isinstance(row.get("conversations"), list):
         roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")} for m in row["conversations"]]
+        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")}
+                    for m in row["conversations"]]
     if not isinstance(messages, list):
         for prompt_key, answer_key in (("prompt", "chosen"), ("instruction", "output"), ("query", "response")):
             if isinstance(row.get(prompt_key), str):
@@ -206,8 +212,14 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from gptqmodel import GPTQModel, QuantizeConfig
 
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
-                                   transformers_loads_gptq)
+    from swiftbox.modeling.loading import (
+        gptq_dtype,
+        load_model,
+        load_tokenizer,
+        resolve_spec,
+        torch_dtype,
+        transformers_loads_gptq,
+    )
 
     started = time.time()
     dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))

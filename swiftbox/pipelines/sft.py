@@ -31,8 +31,8 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
     eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
 
     from swiftbox.training import callbacks, checkpoints, curves
-    from swiftbox.training.outputs import log, save_artifact, step_result
     from swiftbox.training.model import load_for_training, trainable_parameters
+    from swiftbox.training.outputs import log, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)

@@ -11,9 +11,9 @@ from typing import Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
 from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import check_distributed
-from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
 
 
 @dataclass

@@ -101,7 +101,7 @@ class Run:
             p = self.params
             if self.req.n > 1 and p.seed is not None:
                 p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
-            sink = (lambda i: lambda event: self.queue.put_nowait((i, event)))(i)
+            sink = (lambda k: lambda event: self.queue.put_nowait((k, event)))(i)
             self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
 
     def cancel(self) -> None:

@@ -62,7 +62,7 @@ class Sequence:
 class Handle:
     """What a request holds: cancel() frees the slot (client gone, stop string seen)."""
 
-    def __init__(self, engine: "BuiltinEngine", seq: Sequence):
+    def __init__(self, engine: BuiltinEngine, seq: Sequence):
         self._engine, self.seq = engine, seq
 
     def cancel(self) -> None:
@@ -247,7 +247,8 @@ class BuiltinEngine:
             seq.out_ids.append(token)
             self.stats["tokens"] += 1
             seq.emit(("token", token))
-            if len(seq.out_ids) >= seq.params.max_tokens or len(seq.prompt_ids) + len(seq.out_ids) >= self.max_model_len:
+            produced = len(seq.out_ids)
+            if produced >= seq.params.max_tokens or len(seq.prompt_ids) + produced >= self.max_model_len:
                 self._finish(seq, "length")
 
     def _finish(self, seq: Sequence, reason: str) -> None:

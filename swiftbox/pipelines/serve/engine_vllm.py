@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Optional
 
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.steps import DTYPE_NAMES
 from swiftbox.pipelines.serve.errors import ApiError
+from swiftbox.steps import DTYPE_NAMES
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 

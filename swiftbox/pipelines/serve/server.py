@@ -21,7 +21,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UserError(f"port: cannot bind {host}:{port} ({exc.strerror or exc}); choose another --port or 0") from None
+        raise UserError(f"port: cannot bind {host}:{port} ({exc.strerror or exc}); choose another --port or "
+                        "0") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -46,7 +47,7 @@ class ServerThread:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout: float = 30) -> "ServerThread":
+    def start(self, timeout: float = 30) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

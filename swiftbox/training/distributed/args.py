@@ -59,7 +59,8 @@ def check_distributed(cfg: TrainBase, platform: Platform) -> None:
         return
     refusal = platform.refusals.get("deepspeed")
     if refusal is not None:
-        raise Unsupported(f"deepspeed is not available on {platform.name}: {refusal.why}; use {refusal.instead} instead")
+        raise Unsupported(f"deepspeed is not available on {platform.name}: {refusal.why}; use {refusal.instead} "
+                          "instead")
     stage = zero_stage(cfg.deepspeed)  # also checks a user path before anything is installed or launched
     if package_version("deepspeed") is None:
         raise Unsupported(f"deepspeed: the deepspeed package is not installed on {platform.name}; "

@@ -197,7 +197,8 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
 
 
-def launch(cfg: TrainBase, ctx: StepContext, *, pipeline: str, log: Optional[Callable[[str], None]] = None) -> StepResult:
+def launch(cfg: TrainBase, ctx: StepContext, *, pipeline: str,
+           log: Optional[Callable[[str], None]] = None) -> StepResult:
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     plan = plan_launch(cfg, ctx)
     _prefetch_model(ctx.input)
@@ -329,5 +330,6 @@ def _error_for(code: int) -> type:
     return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
 
 
-__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch", "rank",
+__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch",
+           "rank",
            "requested_processes", "torchrun_argv", "world_size", "failure_error"]

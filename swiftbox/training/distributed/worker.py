@@ -65,7 +65,8 @@ def main(argv: list[str]) -> int:
         failed_at = time.time()
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        code = getattr(exc, "exit_code", None) or (exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1)
+        exit_status = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        code = getattr(exc, "exit_code", None) or exit_status
         if not isinstance(exc, SwiftboxError):
             traceback.print_exc()
         message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
