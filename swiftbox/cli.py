@@ -41,7 +41,7 @@ def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "")
             continue
         names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
         names += [] if prefix else ALIASES.get(name, [])
-        kwargs = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
+        kwargs: dict[str, typing.Any] = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
         if ann is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif _is_list_type(ann):
@@ -108,10 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
 
-    p = sub.add_parser("test", help="run the test suite (fast by default)")
+    p = sub.add_parser("test", help="the lint/type gate, then the test suite (fast by default)")
     p.add_argument("--slow", action="store_true", help="only the slow tests")
+    p.add_argument("--no-lint", action="store_true", help="skip the lint/type gate (focused runs)")
     p.add_argument("--all", action="store_true", help="fast and slow tests")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+
+    sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
 
     p = sub.add_parser("bench", help="benchmarks: sft | serve | startup (prints one JSON line)")
     p.add_argument("name")
@@ -177,6 +180,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return doctor(as_json=args.json, device=args.device)
     if command == "test":
         return run_tests(args)
+    if command == "lint":
+        return run_lint()
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
@@ -197,9 +202,25 @@ def dispatch(args: argparse.Namespace) -> int:
     raise UserError(f"unknown command {command!r}")
 
 
+def run_lint() -> int:
+    """ruff then mypy, from the project root; the first failure's exit code."""
+    import subprocess
+
+    for tool, argv in (("ruff", ["-m", "ruff", "check", "."]), ("mypy", ["-m", "mypy"])):
+        rc = subprocess.call([sys.executable, *argv], cwd=ROOT)
+        if rc != 0:
+            print(f"swiftbox: lint: {tool} failed (exit {rc}); see above", file=sys.stderr)
+            return rc
+    return 0
+
+
 def run_tests(args: argparse.Namespace) -> int:
     import subprocess
 
+    if not args.no_lint:
+        rc = run_lint()
+        if rc != 0:
+            return rc
     marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
                                       "not slow and not cuda and not npu and not vllm")
     extra = [a for a in args.pytest_args if a != "--"]

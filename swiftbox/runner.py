@@ -80,7 +80,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     output = Path(cfg.output) if cfg.output else default_out
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),
                           owned=cfg.output is None)
-    ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref, work_dir=work,
+    ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "", work_dir=work,
                       output=output, platform=platform, header_devices=recipe.header.devices)
     if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
         log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
@@ -98,7 +98,7 @@ def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, 
         "swiftbox_manifest": 1,
         "kind": step.kind,
         "recipe": recipe.name,
-        "input": ctx.input,
+        "input": ctx.input or None,
         "config": _config_for_manifest(step.config),
         "device": ctx.platform.name,
         "device_name": _safe(ctx.platform.device_name),

@@ -5,9 +5,9 @@ all validate through the classes here. Field descriptions double as CLI help.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional, Union, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from swiftbox.device.devices import DevicesField
 
@@ -66,14 +66,14 @@ class TrainBase(StepBase):
 
     @field_validator("deepspeed")
     @classmethod
-    def _deepspeed(cls, value):
+    def _deepspeed(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and value not in DEEPSPEED_PRESETS and not value.endswith(".json"):
             raise ValueError(f"expected one of {', '.join(DEEPSPEED_PRESETS)} or a path to a .json config")
         return value
 
     @field_validator("fsdp")
     @classmethod
-    def _fsdp(cls, value):
+    def _fsdp(cls, value: Optional[str]) -> Optional[str]:
         if value is not None:
             bad = [w for w in value.split() if w not in FSDP_OPTIONS]
             if bad or not value.split():
@@ -83,7 +83,7 @@ class TrainBase(StepBase):
 
     @field_validator("node_rank")
     @classmethod
-    def _node_rank(cls, value, info):
+    def _node_rank(cls, value: int, info: ValidationInfo) -> int:
         nnodes = info.data.get("nnodes", 1)
         if value >= nnodes:
             raise ValueError(f"{value} is not below nnodes ({nnodes}); node ranks are 0..nnodes-1")
@@ -91,7 +91,7 @@ class TrainBase(StepBase):
 
     @field_validator("fsdp")
     @classmethod
-    def _one_sharding_engine(cls, value, info):
+    def _one_sharding_engine(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and info.data.get("deepspeed"):
             raise ValueError("deepspeed and fsdp are both set; pick one sharding engine")
         return value
@@ -156,7 +156,7 @@ class MergeStep(StepBase):
                                        "this; default 1e-4 in float32, 5e-2 in 16-bit")
 
     @model_validator(mode="after")
-    def _input_from_adapters(self):
+    def _input_from_adapters(self) -> MergeStep:
         # `--adapters A B` alone is a complete request: the first adapter is the step's input
         if self.model is None and self.adapters:
             self.model = self.adapters[0]
@@ -204,7 +204,7 @@ class ServeStep(StepBase):
 
     @field_validator("adapters", mode="before")
     @classmethod
-    def _pairs(cls, value):
+    def _pairs(cls, value: Any) -> Any:
         return _parse_pairs(value)
 
 
@@ -222,7 +222,7 @@ class ChatStep(StepBase):
 
     @field_validator("adapters", mode="before")
     @classmethod
-    def _pairs(cls, value):
+    def _pairs(cls, value: Any) -> Any:
         return _parse_pairs(value)
 
 
@@ -231,7 +231,7 @@ DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
 
 
-def _parse_pairs(value):
+def _parse_pairs(value: Any) -> Any:
     """Accept {'a': 'p'} or ['a=p', ...] (the CLI form) for name=path maps."""
     if isinstance(value, (list, tuple)):
         out = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.errors import Unsupported
@@ -63,7 +63,7 @@ class Platform:
     def device_name(self, index: int = 0) -> str:
         return self.name
 
-    def torch_device(self, index: int = 0):
+    def torch_device(self, index: int = 0) -> Any:
         import torch
 
         return torch.device(self.device_type, index) if self.device_type != "cpu" else torch.device("cpu")

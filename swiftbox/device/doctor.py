@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+from swiftbox.device.base import Platform
 from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
@@ -39,7 +40,7 @@ def collect(device: str | None = None) -> dict:
     return info
 
 
-def _safe_versions(platform) -> dict[str, str]:
+def _safe_versions(platform: Platform) -> dict[str, str]:
     try:
         return platform.versions()
     except Exception as exc:  # a half-installed runtime must not break the report about it

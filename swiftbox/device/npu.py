@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
 
 _IMPORT_ERROR: str | None = None
 
 
-def _torch_npu():
+def _torch_npu() -> Any:
     """Import torch_npu, or return None (never raises). Records why an installed one failed."""
     global _IMPORT_ERROR
     try:

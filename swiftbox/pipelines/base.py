@@ -39,7 +39,7 @@ class StepContext:
     recipe: str
     kind: str
     index: int
-    input: Optional[str]          # model reference or artifact dir the step starts from
+    input: str                    # model reference or artifact dir the step starts from ("" for chat --url)
     work_dir: Path                # write everything here; it becomes `output` when the step succeeds
     output: Path
     platform: Platform
@@ -55,7 +55,7 @@ class StepContext:
         """Manifests from the input back to the first artifact (nearest first)."""
         out: list[dict] = []
         seen: set[str] = set()
-        ref = self.input
+        ref: Optional[str] = self.input
         while ref and Path(ref).is_dir() and ref not in seen:
             seen.add(ref)
             manifest = read_manifest(ref)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from swiftbox.errors import UserError
 from swiftbox.hub.snapshot import _local_files, _top_files, download_snapshot, link_files
@@ -13,6 +14,8 @@ def run(cfg: DownloadStep, ctx: StepContext) -> StepResult:
     from swiftbox.hub.resolve import is_local_ref, resolve_model
 
     ref, work = ctx.input, Path(ctx.work_dir)
+    info: dict[str, Any]
+    entries: list[dict[str, Any]]
     is_toy = ref == "toy" or ref.startswith("toy:")
     if is_toy or (cfg.source in ("auto", "local") and is_local_ref(ref)):
         src = resolve_model(ref)

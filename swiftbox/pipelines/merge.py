@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
 from swiftbox.errors import SwiftboxError, UserError
@@ -24,9 +25,10 @@ TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 def adapter_chain(refs: list[str], base: str | None):
     """(ModelSpec, adapter paths in merge order) for `refs`; refusals for anything that cannot merge."""
     from swiftbox.hub.resolve import resolve_model
-    from swiftbox.modeling.loading import adapter_base_ref, resolve_spec
+    from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, resolve_spec
 
-    spec, adapters = None, []
+    spec: Optional[ModelSpec] = None
+    adapters: list[Path] = []
     for ref in refs:
         path = resolve_model(ref)
         if not is_adapter_dir(path):
@@ -48,6 +50,8 @@ def adapter_chain(refs: list[str], base: str | None):
             raise UserError(f"merge: adapter {ref} was trained on {this.base_ref}, but {refs[0]} on {spec.base_ref}; "
                             "adapters merged together must share one base")
         adapters += [a for a in this.adapters if a.resolve() not in {x.resolve() for x in adapters}]
+    if spec is None:
+        raise UserError("merge: no adapter to merge; pass adapters: [...] / --adapters")
     if spec.quantized:
         raise UserError(f"merge: the base model {spec.base_ref} is already {spec.quantized}-quantized; merging into "
                         "quantized weights cannot keep the adapter's outputs - pass the un-quantized base with "
@@ -96,7 +100,8 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     model = load_model(ModelSpec(base=spec.base, base_ref=spec.base_ref), ctx.platform, dtype,
                        trust_remote_code=cfg.trust_remote_code)
     base_logits = P.logits_on(model, batch)
-    stages, reference = [], None
+    stages: list[dict] = []
+    reference: Any = None
     for adapter in adapters:
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
         model.eval()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -13,8 +14,8 @@ class RichProgress(TrainerCallback):
 
     def __init__(self, description: str):
         self.description = description
-        self.progress = None
-        self.task = None
+        self.progress: Any = None
+        self.task: Any = None
         self.started = 0.0
         self.tokens_start = 0
 

@@ -7,7 +7,7 @@ the last one is loaded trainable (so DPO after SFT trains the SFT adapter furthe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
@@ -18,8 +18,8 @@ from swiftbox.training.distributed.args import check_distributed
 
 @dataclass
 class TrainModel:
-    model: object              # a PeftModel (lora/qlora/dora) or the plain model (full)
-    tokenizer: object
+    model: Any                 # a PeftModel (lora/qlora/dora) or the plain model (full)
+    tokenizer: Any
     spec: ModelSpec
     base_ref: str              # what the trained adapter sits on (for its manifest)
     continued: Optional[str]   # the adapter artifact training continues from, if any

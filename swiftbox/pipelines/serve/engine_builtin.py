@@ -92,8 +92,8 @@ class BuiltinEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ids or {0})
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._active: list[Sequence] = []
-        self._cache = None
-        self._mask = None
+        self._cache: Any = None
+        self._mask: Any = None
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._stop = False

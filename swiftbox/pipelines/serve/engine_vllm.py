@@ -125,7 +125,7 @@ class VllmProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if not self.alive():
+        if self.proc is None or not self.alive():
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)

@@ -73,7 +73,7 @@ class LaunchPlan:
     node_rank: int
     backend: str
     devices: Optional[list[int]] = None
-    spec_path: Optional[Path] = None
+    spec_path: Path = Path(SPEC_FILE)
     info: dict = field(default_factory=dict)
 
     @property
@@ -160,7 +160,7 @@ def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Option
         return [int(p) for p in mine[:nproc]] if all(p.isdigit() for p in mine) else ids
     count = None if mine else _device_count(platform)
     missing = [i for i in ids if count is not None and i >= count]
-    if missing:
+    if missing and count is not None:
         raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
                         f"({count} visible: ids 0..{count - 1})")
     return ids
@@ -258,7 +258,7 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
                             errors="replace", bufsize=1)
 
     def pump():
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             sys.stderr.write(line)
             tail.append(line.rstrip("\n"))
 
