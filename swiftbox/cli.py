@@ -55,7 +55,7 @@ def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "")
 def _settings_from_args(args: argparse.Namespace, schema) -> dict:
     settings: dict = {}
     for key, value in vars(args).items():
-        if key.startswith("_") or key in ("command", "model_pos", "device"):
+        if key.startswith("_") or key in ("command", "model_pos", "device", "verbose"):
             continue
         node = settings
         parts = key.split(".")
@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="swiftbox", description="swiftbox - the LLM appliance. No command opens the menu.")
     parser.add_argument("--version", action="version", version=f"swiftbox {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the libraries' own warnings and banners (default: in the run's log only)")
+                        help="show the libraries' own warnings and banners (default: runs/<recipe>/swiftbox.log); "
+                             "also accepted after the command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("run", help="run a recipe file")
@@ -138,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    verbose = "--verbose" in argv or argv[:1] == ["-v"]
+    argv = [a for a in argv if a != "--verbose"] if "--verbose" in argv else argv
+    from swiftbox import logs
+
+    logs.setup(verbose)   # before any library is imported: their noise goes to the run's log, not the screen
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
+from swiftbox import logs
 from swiftbox.artifacts import MANIFEST, commit_output, prepare_output, write_json_atomic
 from swiftbox.device import Platform, current_platform
 from swiftbox.errors import UserError
@@ -21,6 +22,7 @@ from swiftbox.steps import StepBase
 from swiftbox.versions import package_versions
 
 REDACTED_KEYS = {"api_key"}
+LOG_FILE = "swiftbox.log"      # the libraries' warnings and banners (see swiftbox.logs)
 MANIFEST_PACKAGES = ("swiftbox", "torch", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
                      "torch_npu", "vllm")
 
@@ -41,6 +43,8 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     log = log or _stderr
     platform = current_platform(recipe.header.device)
     root = Path(recipe.header.output_dir or Path(runs_root or "runs") / recipe.name)
+    logs.attach(root / LOG_FILE)
+    logs.quiet_gptqmodel()
     summary: dict[str, Any] = {"recipe": recipe.name, "source": recipe.source, "device": platform.name,
                                "started": _now(), "steps": []}
     current = recipe.header.model

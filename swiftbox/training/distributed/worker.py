@@ -57,6 +57,10 @@ def run_spec(spec: dict) -> StepResult:
 
 def main(argv: list[str]) -> int:
     spec_path = argv[0] if argv else ""
+    from swiftbox import logs
+
+    logs.setup()   # SWIFTBOX_VERBOSE travels from the launcher
+    logs.quiet_gptqmodel()
     try:
         spec = load_spec(spec_path)
         distributed._WORKER_SPEC = spec
