@@ -104,17 +104,23 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
         model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
-    if spec.adapters:
-        from peft import PeftModel
-
-        # adapters stack in order: all but the last are merged in, the last stays attached
-        # (unless merge_adapters), so outputs equal base+adapter1+...+adapterN.
-        for i, adapter in enumerate(spec.adapters):
-            name = (adapter_names or [])[i] if adapter_names and i < len(adapter_names) else "default"
-            model = PeftModel.from_pretrained(model, str(adapter), adapter_name=name)
-            if merge_adapters or i < len(spec.adapters) - 1:
-                model = model.merge_and_unload()
+    model = apply_adapters(model, spec.adapters, merge_all=merge_adapters, names=adapter_names)
     model.eval()
+    return model
+
+
+def apply_adapters(model, adapters: list[Path], *, merge_all: bool = False, trainable: bool = False,
+                   names: Optional[list[str]] = None):
+    """The one adapter-chain rule: adapters stack in order, all but the last merged in, the last left attached
+    (trainable when asked) unless `merge_all` - so outputs equal base+adapter1+...+adapterN."""
+    from peft import PeftModel
+
+    for i, adapter in enumerate(adapters):
+        last = i == len(adapters) - 1
+        name = names[i] if names and i < len(names) else "default"
+        model = PeftModel.from_pretrained(model, str(adapter), adapter_name=name, is_trainable=trainable and last)
+        if merge_all or not last:
+            model = model.merge_and_unload()
     return model
 
 

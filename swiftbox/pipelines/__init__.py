@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from swiftbox.pipelines.base import Declared
+from swiftbox.pipelines.base import Declared, Pipeline
 from swiftbox.steps import STEP_TYPES
 
 
-def load_pipeline(kind: str) -> Declared[Any]:
+def load_pipeline(kind: str) -> Pipeline[Any]:
     """The Pipeline for a step kind (a key of STEP_TYPES)."""
     if kind not in STEP_TYPES:
         raise KeyError(f"unknown step kind {kind!r}; expected one of {', '.join(STEP_TYPES)}")

@@ -45,12 +45,6 @@ class StepContext:
     platform: Platform
     header_devices: Optional[Devices] = None   # the recipe header's devices (a step's own win)
 
-    @property
-    def input_manifest(self) -> Optional[dict]:
-        if self.input and Path(self.input).is_dir():
-            return read_manifest(self.input)
-        return None
-
     def lineage(self) -> list[dict]:
         """Manifests from the input back to the first artifact (nearest first)."""
         out: list[dict] = []

@@ -11,7 +11,14 @@ from typing import Any, Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
+from swiftbox.modeling.loading import (
+    ModelSpec,
+    adapter_base_ref,
+    apply_adapters,
+    load_tokenizer,
+    resolve_spec,
+    torch_dtype,
+)
 from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import check_distributed
 
@@ -84,15 +91,11 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
     base_ref, continued = ref, None
     adapters = list(spec.adapters)
     if adapters:
-        from peft import PeftModel
-
-        keep_last = cfg.method != "full"
-        for adapter in adapters[:-1] if keep_last else adapters:
-            model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        keep_last = cfg.method != "full"     # full fine-tuning trains the merged weights
+        model = apply_adapters(model, adapters, merge_all=not keep_last, trainable=keep_last)
         if keep_last:
             continued = str(adapters[-1])
             base_ref = adapter_base_ref(adapters[-1])
-            model = PeftModel.from_pretrained(model, continued, is_trainable=True)
     if cfg.method != "full" and continued is None:
         from peft import get_peft_model
         from transformers import set_seed

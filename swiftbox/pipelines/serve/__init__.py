@@ -136,6 +136,9 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
 def check(cfg: ServeStep, platform: Platform) -> None:
     if cfg.engine == "vllm":
         platform.require("vllm")
+    if cfg.engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
+        raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
+                        f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
 
 
 def run(cfg: ServeStep, ctx: StepContext) -> StepResult:

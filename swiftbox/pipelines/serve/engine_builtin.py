@@ -104,9 +104,6 @@ class BuiltinEngine:
     def model_names(self) -> list[str]:
         return [self.base_name, *self.adapters]
 
-    def count_tokens(self, ids) -> int:
-        return len(ids)
-
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="swiftbox-engine", daemon=True)

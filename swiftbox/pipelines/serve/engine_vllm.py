@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.errors import SwiftboxError
 from swiftbox.pipelines.serve.errors import ApiError
 from swiftbox.steps import DTYPE_NAMES
 
@@ -214,8 +214,3 @@ class VllmBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-
-def check_adapters(loras: dict[str, str]) -> None:
-    for name, path in loras.items():
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise UserError(f"adapters.{name}: {path} is not a LoRA adapter directory (no adapter_config.json)")
