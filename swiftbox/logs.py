@@ -114,10 +114,26 @@ def quiet_gptqmodel() -> None:
 
     if _run_log is None or verbose_requested() or importlib.util.find_spec("logbar") is None:
         return
-    import contextlib
-    import io
+    import sys
 
-    from logbar import LogBar
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:                        # no stdout at all: nothing to keep quiet
+        saved = -1
+    if saved < 0:
+        from logbar import LogBar
 
-    with contextlib.redirect_stdout(io.StringIO()):   # its creation prints a blank line
         LogBar.shared().setLevel(logging.ERROR)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:                                   # its creation prints a blank line, below Python's sys.stdout
+        os.dup2(devnull, 1)
+        from logbar import LogBar
+
+        LogBar.shared().setLevel(logging.ERROR)
+        sys.stdout.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
