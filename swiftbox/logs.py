@@ -91,7 +91,8 @@ def setup(verbose: bool = False) -> None:
         logger = logging.getLogger(name)
         logger.handlers = [_run_log, terminal]
         logger.propagate = False
-        logger.setLevel(logging.ERROR if name in SELF_PRINTING else logging.INFO)
+        # WARNING, not lower: a lower level here would enable the INFO chatter of every child logger
+        logger.setLevel(logging.ERROR if name in SELF_PRINTING else logging.WARNING)
     logging.captureWarnings(True)      # warnings.warn(...) -> the "py.warnings" logger -> the run's log
     warnings.simplefilter("default")   # each distinct warning once per location, then in the log file
 

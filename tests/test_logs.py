@@ -17,7 +17,7 @@ warnings.warn("is_gradient_checkpointing is deprecated", FutureWarning)
 logging.getLogger("torchao").error("a real failure")
 print("swiftbox: own line", file=sys.stderr)
 logs.attach(Path(sys.argv[1]))
-logging.getLogger("transformers.x") and logging.getLogger("peft").info("after attach")
+logging.getLogger("peft").warning("after attach")
 """
 
 
