@@ -34,6 +34,12 @@ def test_quickstart_numbers_hold(tmp_path):
     assert quant["perplexity_ratio"] <= 1.05 and after_quant["perplexity"] <= 1.05 * after_merge["perplexity"]
     assert serve["ok"] is True and serve["answer"] in ("yes", "no")
     assert "quickstart" in out.stdout and "summary:" in out.stdout            # the closing table
+    # quiet by default: no third-party warnings or banners on screen; they are in the run's log
+    shown = out.stdout + out.stderr
+    noise = ("Failed to load", "_pytree", "FutureWarning", "DeprecationWarning", "GPT-QModel", "ENV: Auto setting",
+             "warnings.warn(")
+    assert [n for n in noise if n in shown] == [], shown[-3000:]
+    assert "Failed to load" in (tmp_path / "quickstart" / "swiftbox.log").read_text()
 
     # 8-bit from the same merged model: perplexity within +1%
     merged = steps[5]["output"]
