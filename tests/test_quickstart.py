@@ -45,7 +45,7 @@ def test_quickstart_numbers_hold(tmp_path):
 
     # 8-bit from the same merged model: perplexity within +1%
     merged = steps[5]["output"]
-    import swiftbox as sb   # (the CLI's --bits 8 reaches the schema as the string '8' and is refused)
+    import swiftbox as sb  # (the CLI's --bits 8 reaches the schema as the string '8' and is refused)
 
     assert sb.quantize(merged, bits=8, output=str(tmp_path / "q8"))["metrics"]["perplexity_ratio"] <= 1.01
 
