@@ -51,7 +51,7 @@ def test_kill_9_then_resume_completes(tmp_path):
     assert m["resumed_from_step"] and 5 <= m["resumed_from_step"] < MAX_STEPS and m["steps"] == MAX_STEPS
     assert (out / MANIFEST).is_file() and not out.with_name(out.name + ".partial").exists()
     assert read_manifest(out)["metrics"]["resumed_from_step"] == m["resumed_from_step"]
-    assert m["loss_last"] < m["loss_first"]                  # the resumed run goes on learning (measured 0.50 -> 0.36)
+    assert m["loss_last"] < m["loss_first"]                  # the resumed run goes on learning (measured 0.48 -> 0.36)
 
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import load_model, resolve_spec
