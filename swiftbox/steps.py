@@ -30,6 +30,28 @@ class LoraConfig(Strict):
     targets: Union[str, list[str]] = Field("all-linear", description="target modules: all-linear or a list of names")
 
 
+class ProfileConfig(Strict):
+    """A profiler window over training steps (torch.profiler.schedule semantics): skip `wait` steps, warm up
+    for `warmup`, record `active`, `repeat` times (0: until training ends). Output: <out>/profile/."""
+    wait: int = Field(1, ge=0, description="profile: steps to skip before each cycle")
+    warmup: int = Field(1, ge=0, description="profile: steps traced but discarded (warm-up) per cycle")
+    active: int = Field(3, ge=1, description="profile: steps recorded per cycle")
+    repeat: int = Field(1, ge=0, description="profile: cycles (0: repeat until training ends)")
+    record_shapes: bool = Field(False, description="profile: record operator input shapes")
+    profile_memory: bool = Field(True, description="profile: track tensor allocations (peak memory in the window)")
+    with_stack: bool = Field(False, description="profile: record Python stacks (large traces)")
+    level: Literal["level_none", "level0", "level1", "level2"] = Field(
+        "level0", description="profile (Ascend only): torch_npu ProfilerLevel")
+    aic_metrics: Literal["none", "pipe_utilization", "arithmetic_utilization", "memory", "memory_l0", "memory_ub",
+                         "resource_conflict_ratio", "l2_cache"] = Field(
+        "none", description="profile (Ascend only): AI Core metrics (need level1 or level2)")
+    l2_cache: bool = Field(False, description="profile (Ascend only): collect L2 cache data")
+
+    def last_step(self) -> int:
+        """The last training step (1-based) the window records; with repeat 0, the end of the first cycle."""
+        return (self.wait + self.warmup + self.active) * max(self.repeat, 1)
+
+
 class TrainBase(StepBase):
     dataset: Union[str, list[str]] = Field(..., description="jsonl/json/parquet path(s); 'path#N' samples N rows")
     eval_dataset: Optional[Union[str, list[str]]] = Field(None, description="held-out data for eval loss")
@@ -58,6 +80,13 @@ class TrainBase(StepBase):
     master_port: int = Field(29500, ge=1, le=65535, description="free TCP port on node 0 for the rendezvous")
     deepspeed: Optional[str] = Field(None, description="zero2 | zero3 | zero3_offload | path to a DeepSpeed json")
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
+    profile: Optional[ProfileConfig] = Field(None, description="profiler window (docs/training.md); `profile: {}` "
+                                             "takes the defaults")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_switch(cls, value):
+        return {} if value is True else (None if value is False else value)
 
     @field_validator("devices", mode="before")
     @classmethod

@@ -49,6 +49,8 @@ class Platform:
     refusals: ClassVar[dict[str, Refusal]] = {}
     # python package that provides the platform's vLLM engine
     vllm_package: ClassVar[str] = "vllm"
+    # torch.profiler.ProfilerActivity members a training profile records here
+    profiler_activities: ClassVar[tuple[str, ...]] = ("CPU",)
 
     # -- detection -------------------------------------------------------------------------
     @classmethod
@@ -158,6 +160,19 @@ class Platform:
             env[self.visible_devices_env] = ",".join(str(i) for i in ids)
         return env
 
+    # -- profiling -------------------------------------------------------------------------
+    def profiler(self, settings, trace_dir, worker: str = "rank0"):
+        """A profiler (start/step/stop) over the `profile:` window `settings`, writing traces to `trace_dir`."""
+        from swiftbox.device.profiling import torch_profiler
+
+        return torch_profiler(self.profiler_activities, settings, trace_dir, worker)
+
+    def profiler_traces(self, trace_dir) -> list:
+        """The Chrome trace files `profiler()` wrote under `trace_dir`."""
+        from swiftbox.device.profiling import torch_traces
+
+        return torch_traces(trace_dir)
+
     def describe(self) -> str:
         return f"{self.name} ({self.device_name(0)})"
 
@@ -185,6 +200,21 @@ def _importable(pkg: str) -> bool:
         return importlib.util.find_spec(pkg) is not None
     except (ImportError, ValueError):
         return False
+
+
+# environment variables that change what a run computes or how it is placed (recorded in manifests and
+# checked by `compare`): device visibility, collectives, allocators, threads, determinism switches
+RELEVANT_ENV_PREFIXES = ("CUDA_", "ASCEND_", "HCCL_", "NCCL_", "PYTORCH_", "TORCH_", "CUBLAS_", "OMP_", "MKL_",
+                         "ACCELERATE_", "TASK_QUEUE_ENABLE", "COMBINED_ENABLE", "INF_NAN_MODE_ENABLE",
+                         "SWIFTBOX_DEVICE", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def relevant_env(environ: dict | None = None) -> dict[str, str]:
+    """The environment variables that matter for comparing two runs (never secrets)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if k.startswith(RELEVANT_ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}
 
 
 def env_flag(name: str) -> str | None:

@@ -11,6 +11,7 @@ class CudaPlatform(Platform):
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
     default_env = {}
     refusals = {}
+    profiler_activities = ("CPU", "CUDA")
 
     @classmethod
     def is_available(cls) -> bool:

@@ -122,6 +122,16 @@ class NpuPlatform(Platform):
 
         torch.npu.reset_peak_memory_stats()
 
+    def profiler(self, settings, trace_dir, worker: str = "rank0"):
+        from swiftbox.device.profiling import ascend_profiler
+
+        return ascend_profiler(settings, trace_dir, worker)
+
+    def profiler_traces(self, trace_dir) -> list:
+        from swiftbox.device.profiling import ascend_traces
+
+        return ascend_traces(trace_dir)
+
     def versions(self) -> dict[str, str]:
         mod = _torch_npu()
         return {"torch_npu": getattr(mod, "__version__", "unknown") if mod else "not importable"}

@@ -43,6 +43,7 @@ def run(cfg, ctx):
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
+    from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training, trainable_parameters
@@ -65,7 +66,8 @@ def run(cfg, ctx):
                      max_length=cfg.max_length)
     trainer = DPOTrainer(model=tm.model, ref_model=ref_model, args=args, processing_class=tm.tokenizer,
                          train_dataset=Dataset.from_list(pairs),
-                         callbacks=callbacks.callbacks(f"dpo {cfg.method}", ctx.work_dir, is_main_process()))
+                         callbacks=profile_callbacks(cfg, ctx)
+                         + callbacks.callbacks(f"dpo {cfg.method}", ctx.work_dir, is_main_process()))
     callbacks.quiet(trainer)
     reference = "frozen copy of the starting model"
     if cfg.method != "full":

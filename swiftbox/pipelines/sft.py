@@ -30,6 +30,7 @@ def run(cfg, ctx):
     rows = data.load_sft(cfg.dataset, cfg.seed)
     eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
 
+    from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.outputs import log, save_artifact, step_result
     from swiftbox.training.model import load_for_training, trainable_parameters
@@ -45,7 +46,8 @@ def run(cfg, ctx):
 
     ckpt_dir = ctx.work_dir / "checkpoints"
     trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, evals, ckpt_dir,
-                           callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
+                           profile_callbacks(cfg, ctx)
+                           + callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
