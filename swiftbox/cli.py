@@ -44,14 +44,23 @@ def _is_list_type(annotation) -> bool:
     return any(_is_list_type(a) for a in typing.get_args(annotation))
 
 
-def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "") -> None:
+def _model_in(annotation):
+    """The pydantic model class of `annotation` (`Model` or `Optional[Model]`), else None."""
     from pydantic import BaseModel
 
+    for ann in (annotation, *typing.get_args(annotation)):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+    return None
+
+
+def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "") -> None:
     for name, field in schema.model_fields.items():
         dest = f"{prefix}{name}"
         ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            _add_schema_flags(parser, ann, prefix=f"{dest}.")
+        block = _model_in(ann)
+        if block is not None:  # a nested block (lora:, profile:) becomes --block.key flags
+            _add_schema_flags(parser, block, prefix=f"{dest}.")
             continue
         names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
         names += [] if prefix else ALIASES.get(name, [])
@@ -88,7 +97,7 @@ def _wants_list(schema, parts: list[str]) -> bool:
     if field is None:
         return False
     if len(parts) > 1:
-        return _wants_list(field.annotation, parts[1:])
+        return _wants_list(_model_in(field.annotation), parts[1:])
     origin = typing.get_origin(field.annotation)
     args = typing.get_args(field.annotation)
     # Optional[list[...]] / dict: always a list; Union[str, list[str]]: a single value stays a string

@@ -158,7 +158,7 @@ def summarize(paths: list[Path], *, top: int = 15) -> dict:
         raw = load_events(path)
         events = [e for e in raw if e.get("ph") == "X" and "dur" in e and "ts" in e]
         steps, times = phase_times(events)
-        n_steps += len(steps)
+        n_steps += sum(1 for e in events if STEP_RE.match(str(e.get("name", ""))))
         steps_us += length(steps)
         for key, value in times.items():
             phase_us[key] += value
