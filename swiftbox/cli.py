@@ -25,7 +25,8 @@ PIPELINE_HELP = {
     "serve": "OpenAI-compatible server (built-in engine or vLLM)",
     "chat": "chat in the terminal with a model or a running server",
 }
-PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
+PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
+               "compare": "compare_args", "precision": "precision_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
 
 
@@ -143,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b")
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
+    p = sub.add_parser("compare", help="config check of two runs from their manifests (exit 1 when they differ)")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("compare_args", nargs=argparse.REMAINDER)
+
+    p = sub.add_parser("precision", help="layer-by-layer compare of two sides (model@device:dtype), first culprit")
+    p.add_argument("a", nargs="?", default=None)
+    p.add_argument("b", nargs="?", default=None)
+    p.add_argument("precision_args", nargs=argparse.REMAINDER)
+
     for kind, schema in STEP_TYPES.items():
         p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
@@ -201,6 +212,11 @@ def dispatch(args: argparse.Namespace) -> int:
         return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
     if command == "parity":
         return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
+    if command == "compare":
+        return _optional("swiftbox.diagnose.compare", "compare_cli", "compare")(args.a, args.b, args.compare_args)
+    if command == "precision":
+        return _optional("swiftbox.diagnose.precision", "precision_cli", "precision")(
+            args.a, args.b, args.precision_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 

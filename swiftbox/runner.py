@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional, Union
 
 from swiftbox.artifacts import MANIFEST, commit_output, prepare_output, read_manifest, write_json_atomic
 from swiftbox.device import Platform, current_platform
+from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines import load_pipeline
 from swiftbox.pipelines.base import StepContext, StepResult
@@ -91,6 +92,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
         log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
     started = time.time()
     result = module.run(cfg, ctx)
+    inputs = step_fingerprint(cfg, model_ref)   # data / weight hashes, seeds, env: what `compare` checks
     if isinstance(result, dict):
         result = StepResult(metrics=result)
     elif result is None:
@@ -108,6 +110,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
         "timings": {"started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
                     "seconds": round(time.time() - started, 3)},
         "metrics": result.metrics,
+        **inputs,
         **result.info,
     }
     write_json_atomic(work / MANIFEST, manifest)
