@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")
+    elif argv[:1] == ["precision"] and "-h" not in argv and "--help" not in argv:
+        # sides come as positionals or --a/--b; its own parser sees the arguments in order
+        args = argparse.Namespace(command="precision", a=None, b=None, precision_args=argv[1:])
     else:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
