@@ -26,6 +26,7 @@ ITEMS = [  # (value, title, pipeline it needs)
     ("merge", "Merge adapter", "merge"),
     ("quantize", "Quantize", "quantize"),
     ("serve", "Serve (OpenAI API)", "serve"),
+    ("diagnose", "Diagnose (profile, compare runs, precision)", None),
     ("recipe", "Run a recipe", None),
     ("doctor", "Device & environment (doctor)", None),
     ("quit", "Quit", None),
@@ -91,6 +92,13 @@ def goodbye(session: MenuSession) -> int:
 def dispatch(session: MenuSession, action: str) -> None:
     if action == "doctor":
         return doctor(session)
+    if action == "diagnose":
+        from menus.diagnose import diagnose
+
+        outcome = diagnose(session)
+        if outcome is not None and outcome is not BACK and outcome.last_output:
+            follow_up(session, *outcome.last_output)
+        return None
     if action == "recipe":
         from menus.recipe_files import run_recipe_file
 

@@ -435,3 +435,18 @@ def test_menu_needs_a_terminal(cli):
     proc = cli("menu", input="")
     assert proc.returncode == 2 and "interactive terminal" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_diagnose_compare_runs_the_config_check(tmp_path, monkeypatch, capsys):
+    for name, seed in (("a", 1), ("b", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "swiftbox.json").write_text(json.dumps({"kind": "sft", "device": "cpu", "seeds": {"seed": seed},
+                                                                   "config": {"seed": seed, "epochs": 1}}))
+    session = make_session(tmp_path)
+    with keys(monkeypatch, [UP + UP + UP + UP + ENTER, DOWN + ENTER, str(tmp_path / "a") + ENTER,
+                            str(tmp_path / "b") + ENTER, ENTER, CTRL_C]) as seen:
+        # main: Diagnose; Compare two runs; run A; run B; pause; quit
+        main.run_menu(session)
+    assert any("Diagnose" in s for s in seen)
+    assert "  the runs differ (see the table)" in session.echoed
+    assert "seed" in capsys.readouterr().out
