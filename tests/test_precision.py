@@ -55,7 +55,8 @@ def test_planted_fault_is_named_first(planted, tmp_path):
 
 @pytest.mark.slow
 def test_identical_sides_pass_and_bf16_stays_close(tmp_path):
-    out = run_cli("precision", "--a", "toy@cpu:float32", "--b", "toy@cpu:float32", "--json", "--out", str(tmp_path / "same"))
+    out = run_cli("precision", "--a", "toy@cpu:float32", "--b", "toy@cpu:float32", "--json",
+                  "--out", str(tmp_path / "same"))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads((tmp_path / "same" / "precision.json").read_text())["rows"]
     assert rows and all(r["max_abs_err"] == 0 for r in rows)

@@ -54,7 +54,8 @@ def parse_side(text: str) -> Side:
     from swiftbox.device import DEVICE_CHOICES
 
     if device and device not in DEVICE_CHOICES:
-        raise UserError(f"precision: side {text!r}: unknown device {device!r}; expected one of {', '.join(DEVICE_CHOICES)}")
+        raise UserError(f"precision: side {text!r}: unknown device {device!r}; expected one of "
+                        f"{', '.join(DEVICE_CHOICES)}")
     return Side(ref, device or None, DTYPES[dtype] if dtype else "auto")
 
 
@@ -156,7 +157,8 @@ def metrics(a, b) -> dict:
         cosine = float(torch.dot(va, vb) / (na * nb))
     err = (va - vb).abs().max().item() if va.numel() else 0.0
     scale = va.abs().max().item() if va.numel() else 0.0
-    return {"cosine": cosine, "max_abs_err": err, "max_rel_err": err / scale if scale > 0 else (0.0 if err == 0 else math.inf)}
+    rel = err / scale if scale > 0 else (0.0 if err == 0 else math.inf)
+    return {"cosine": cosine, "max_abs_err": err, "max_rel_err": rel}
 
 
 def below(row: dict, min_cosine: float, max_rel: Optional[float]) -> bool:
@@ -180,9 +182,8 @@ def _load(side: Side, trust_remote_code: bool):
 def precision(a: str, b: str, *, probe=None, prompts: int = 4, max_length: int = 64, min_cosine: float = 0.99,
               max_rel: Optional[float] = None, grads: bool = False, trust_remote_code: bool = False) -> dict:
     """Compare sides `a` and `b` module by module; returns the report (rows in execution order)."""
-    from swiftbox.parity import default_probe, encode, read_probe, render
-
     from swiftbox.modeling.loading import resolve_spec
+    from swiftbox.parity import default_probe, encode, read_probe, render
 
     side_a, side_b = parse_side(a), parse_side(b)
     resolve_spec(side_b.ref)   # a bad side B fails before side A is loaded
@@ -280,7 +281,8 @@ def print_report(report: dict, out: Path, rows_shown: int = 12) -> None:
     console.print(table)
     console.print(f"first module below the thresholds: {first or 'none'}")
     if "gradients" in report:
-        console.print(f"first gradient below the thresholds (backward order): {report['first_gradient_culprit'] or 'none'}")
+        first_grad = report["first_gradient_culprit"] or "none"
+        console.print(f"first gradient below the thresholds (backward order): {first_grad}")
     console.print(f"report: {out}/precision.json, precision.csv, precision.png")
 
 
