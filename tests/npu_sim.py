@@ -79,7 +79,6 @@ def install_fake_npu_profiler() -> dict:
 
 
 def profiler_plan(trace_dir: str) -> dict:
-
     from swiftbox.device import current_platform
     from swiftbox.steps import ProfileConfig
 
