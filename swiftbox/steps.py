@@ -88,6 +88,16 @@ class TrainBase(StepBase):
     def _profile_switch(cls, value):
         return {} if value is True else (None if value is False else value)
 
+    @field_validator("profile")
+    @classmethod
+    def _profile_within_run(cls, value, info):
+        # with max_steps known up front, a window past the end is bad input now (epoch-based runs: at train start)
+        max_steps = info.data.get("max_steps", -1)
+        if value is not None and max_steps > 0 and value.last_step() > max_steps:
+            raise ValueError(f"the window ends at step {value.last_step()} but max_steps is {max_steps}; "
+                             "shorten the window or train longer")
+        return value
+
     @field_validator("devices", mode="before")
     @classmethod
     def _devices(cls, value):

@@ -62,13 +62,35 @@ def test_profiled_sft_loads_in_tensorboard_plugin_adds_up_and_keeps_the_losses(t
     assert loaded[0]["steps"] == 2 and loaded[0]["ops"] > 10
 
 
-def test_window_beyond_the_last_step_is_exit_2(tmp_path):
+def test_window_beyond_max_steps_is_exit_2_before_anything_runs(tmp_path):
     out = run_cli("sft", "toy", "--dataset", "recipes/data/parity_sft.jsonl#16", "--max-steps", "3",
-                  "--batch-size", "8", "--profile.wait", "1", "--profile.active", "3",
-                  "--output", str(tmp_path / "never"))
+                  "--profile.wait", "1", "--profile.active", "3", "--output", str(tmp_path / "never"))
     assert out.returncode == 2, out.stderr[-2000:]
-    last = out.stderr.strip().splitlines()[-1]
-    assert "profile" in last and "step 5" in last and "3 step" in last and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert "sft.profile" in out.stderr and "step 5" in out.stderr and "max_steps is 3" in out.stderr
+    assert not (tmp_path / "never").exists() and not (tmp_path / "never.partial").exists()
+
+
+def test_window_beyond_an_epoch_based_run_is_refused_at_train_start(tmp_path):
+    from swiftbox.device import CpuPlatform
+    from swiftbox.diagnose.profile_window import ProfileWindow
+    from swiftbox.errors import UserError
+    from swiftbox.steps import ProfileConfig
+
+    window = ProfileWindow(ProfileConfig(wait=2, warmup=1, active=3), CpuPlatform(), tmp_path / "w", tmp_path / "f",
+                           "dpo", True)
+    state = SimpleNamespace(max_steps=5, global_step=0, num_input_tokens_seen=0)
+    with pytest.raises(UserError, match=r"dpo.profile: .* ends at step 6, but this run has 5 step"):
+        window.on_train_begin(SimpleNamespace(process_index=0), state, None)
+    assert window.prof is None and not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_window_beyond_the_last_epoch_step_is_exit_2_from_the_cli(tmp_path):
+    out = run_cli("sft", "toy", "--dataset", "recipes/data/parity_sft.jsonl#16", "--epochs", "1", "--batch-size", "8",
+                  "--profile.active", "5", "--output", str(tmp_path / "never"))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "profile" in out.stderr.strip().splitlines()[-1] and "2 step" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "never").exists()
 
 
