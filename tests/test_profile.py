@@ -139,3 +139,15 @@ def test_summary_assigns_each_moment_once_and_computes_self_time(tmp_path):
     summary = summarize([trace])
     assert math.isclose(sum(summary["phase_share"].values()), 1.0) and summary["phase_share"]["other"] == 0.55
     assert summary["peak_memory_bytes_traced"] == 4096 and summary["steps_recorded"] == 2
+
+
+def test_a_run_stopped_before_the_window_notes_it_instead_of_failing(tmp_path):
+    from swiftbox.device import CpuPlatform
+    from swiftbox.diagnose.profile_window import ProfileWindow
+    from swiftbox.steps import ProfileConfig
+
+    window = ProfileWindow(ProfileConfig(), CpuPlatform(), tmp_path / "w", tmp_path / "f", "sft", True)
+    (tmp_path / "w" / "trace").mkdir(parents=True)
+    summary = window.write_summary()
+    assert summary["steps_recorded"] == 0 and "before the window" in summary["note"]
+    assert json.loads((tmp_path / "w" / "summary.json").read_text()) == summary

@@ -97,6 +97,8 @@ class ProfileWindow(TrainerCallback):
             return
         for hook in self.hooks:
             hook.remove()
+        for what in list(self.ranges):   # a forward that raised leaves its range open
+            self._close(what)
         self.prof.stop()
         self.prof = None
         if self.main:
@@ -119,6 +121,11 @@ class ProfileWindow(TrainerCallback):
         from swiftbox.diagnose.trace_summary import render_table, summarize
 
         traces = self.platform.profiler_traces(self.dir / "trace")
+        if not traces:  # training stopped (e.g. by a callback) before the window recorded a step
+            summary = {"traces": [], "steps_recorded": 0, "note": "training ended before the window recorded a step"}
+            write_json_atomic(self.dir / "summary.json", summary)
+            print(f"{self.kind}: profile: {summary['note']}", file=sys.stderr, flush=True)
+            return summary
         summary = summarize(traces)
         summary["traces"] = [str(self.final_dir / Path(t).relative_to(self.dir)) for t in traces]
         summary.update(
