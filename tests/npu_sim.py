@@ -100,7 +100,6 @@ def profiler_plan(trace_dir: str) -> dict:
 
 def plan() -> dict:
     import accelerate
-    import torch
     from transformers.utils import is_torch_npu_available
 
     from swiftbox.device import current_platform
