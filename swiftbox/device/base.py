@@ -5,6 +5,7 @@ Nothing here imports torch at module import time; methods import it when they ar
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
