@@ -164,13 +164,13 @@ class Platform:
         return env
 
     # -- profiling -------------------------------------------------------------------------
-    def profiler(self, settings, trace_dir, worker: str = "rank0"):
+    def profiler(self, settings: Any, trace_dir: Any, worker: str = "rank0") -> Any:
         """A profiler (start/step/stop) over the `profile:` window `settings`, writing traces to `trace_dir`."""
         from swiftbox.device.profiling import torch_profiler
 
         return torch_profiler(self.profiler_activities, settings, trace_dir, worker)
 
-    def profiler_traces(self, trace_dir) -> list:
+    def profiler_traces(self, trace_dir: Any) -> list:
         """The Chrome trace files `profiler()` wrote under `trace_dir`."""
         from swiftbox.device.profiling import torch_traces
 
@@ -200,6 +200,6 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 def relevant_env(environ: dict | None = None) -> dict[str, str]:
     """The environment variables that matter for comparing two runs (never secrets)."""
-    environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in sorted(environ)
+    env = dict(os.environ) if environ is None else environ
+    return {k: env[k] for k in sorted(env)
             if k.startswith(RELEVANT_ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}

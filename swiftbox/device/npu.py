@@ -124,12 +124,12 @@ class NpuPlatform(Platform):
 
         torch.npu.reset_peak_memory_stats()
 
-    def profiler(self, settings, trace_dir, worker: str = "rank0"):
+    def profiler(self, settings: Any, trace_dir: Any, worker: str = "rank0") -> Any:
         from swiftbox.device.profiling import ascend_profiler
 
         return ascend_profiler(settings, trace_dir, worker)
 
-    def profiler_traces(self, trace_dir) -> list:
+    def profiler_traces(self, trace_dir: Any) -> list:
         from swiftbox.device.profiling import ascend_traces
 
         return ascend_traces(trace_dir)

@@ -22,7 +22,7 @@ ASCEND_AIC_METRICS = {
 }
 
 
-def torch_profiler(activity_names: tuple[str, ...], settings: Any, trace_dir: Path, worker: str):
+def torch_profiler(activity_names: tuple[str, ...], settings: Any, trace_dir: Path, worker: str) -> Any:
     """torch.profiler.profile over the window; each finished cycle writes <worker>.<ts>.pt.trace.json."""
     import torch
 
@@ -42,7 +42,7 @@ def torch_traces(trace_dir: Path) -> list[Path]:
     return sorted(Path(trace_dir).glob("*.pt.trace.json*"))
 
 
-def ascend_profiler(settings: Any, trace_dir: Path, worker: str):
+def ascend_profiler(settings: Any, trace_dir: Path, worker: str) -> Any:
     """torch_npu.profiler.profile with CPU + NPU activities and the Ascend experimental config
     (profiler level, AI Core metrics, L2 cache). The handler writes <dir>/<worker>_<ts>_ascend_pt/."""
     import torch_npu

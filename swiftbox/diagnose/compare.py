@@ -105,10 +105,11 @@ def load_side(path: str) -> list[tuple[str, dict]]:
             steps = json.loads(summary_file.read_text()).get("steps", [])
         except (OSError, json.JSONDecodeError, AttributeError) as exc:
             raise UserError(f"compare: {summary_file} is unreadable ({exc})") from None
-        out = []
+        out: list[tuple[str, dict]] = []
         for step in steps:
-            if step.get("ok") and step.get("output") and read_manifest(step["output"]) is not None:
-                out.append((Path(step["output"]).name, read_manifest(step["output"])))
+            found = read_manifest(step["output"]) if step.get("ok") and step.get("output") else None
+            if found is not None:
+                out.append((Path(step["output"]).name, found))
         if out:
             return out
     raise UserError(f"compare: {path} holds no {MANIFEST} (not an artifact) and no finished steps in summary.json")

@@ -53,12 +53,14 @@ def dataset_fingerprint(spec: str) -> dict:
     info: dict[str, Any] = {"ref": spec, "sample": sample}
     if not path.is_file():
         return {**info, "error": "not a file"}
+    columns: list[str] = []
     if path.suffix.lower() in (".jsonl", ".json", ".parquet"):
         rows = read_file(path)
+        count = len(rows)
         columns = sorted({k for row in rows[:200] if isinstance(row, dict) for k in row})
     else:  # plain text (perplexity / probe files): one row a non-empty line
-        rows, columns = [line for line in path.read_text(errors="replace").splitlines() if line.strip()], []
-    return {**info, "sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": len(rows), "columns": columns}
+        count = sum(1 for line in path.read_text(errors="replace").splitlines() if line.strip())
+    return {**info, "sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": count, "columns": columns}
 
 
 def weights_fingerprint(ref: str) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -44,9 +45,9 @@ class ProfileWindow(TrainerCallback):
     def __init__(self, settings, platform, work_dir: Path, final_dir: Path, kind: str, main: bool):
         self.settings, self.platform, self.kind, self.main = settings, platform, kind, main
         self.dir, self.final_dir = Path(work_dir), Path(final_dir)
-        self.prof = None
+        self.prof: Any = None
         self.hooks: list = []
-        self.ranges: dict[str, object] = {}
+        self.ranges: dict[str, Any] = {}
         self.index = 0
         self.mark = 0.0
         self.tokens_mark = 0

@@ -103,7 +103,8 @@ def phase_times(events: list[dict]) -> tuple[list[Interval], dict[str, float]]:
         phase = phase_of(str(e.get("name", "")))
         if phase:
             by_phase[phase].append((e["ts"], e["ts"] + e["dur"]))
-    times, claimed = {}, []
+    times: dict[str, float] = {}
+    claimed: list[Interval] = []
     for phase in PHASES:
         mine = subtract(intersect(union(by_phase[phase]), steps), claimed)
         times[phase] = length(mine)
