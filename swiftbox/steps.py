@@ -90,12 +90,12 @@ class TrainBase(StepBase):
 
     @field_validator("profile", mode="before")
     @classmethod
-    def _profile_switch(cls, value):
+    def _profile_switch(cls, value: Any) -> Any:
         return {} if value is True else (None if value is False else value)
 
     @field_validator("profile")
     @classmethod
-    def _profile_within_run(cls, value, info):
+    def _profile_within_run(cls, value: Optional[ProfileConfig], info: ValidationInfo) -> Optional[ProfileConfig]:
         # with max_steps known up front, a window past the end is bad input now (epoch-based runs: at train start)
         max_steps = info.data.get("max_steps", -1)
         if value is not None and max_steps > 0 and value.last_step() > max_steps:

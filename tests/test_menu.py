@@ -423,8 +423,8 @@ def test_menu_needs_a_terminal(cli):
 def test_diagnose_compare_runs_the_config_check(tmp_path, monkeypatch, capsys):
     for name, seed in (("a", 1), ("b", 2)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "swiftbox.json").write_text(json.dumps({"kind": "sft", "device": "cpu", "seeds": {"seed": seed},
-                                                                   "config": {"seed": seed, "epochs": 1}}))
+        manifest = {"kind": "sft", "device": "cpu", "seeds": {"seed": seed}, "config": {"seed": seed, "epochs": 1}}
+        (tmp_path / name / "swiftbox.json").write_text(json.dumps(manifest))
     session = make_session(tmp_path)
     with keys(monkeypatch, [UP + UP + UP + UP + ENTER, DOWN + ENTER, str(tmp_path / "a") + ENTER,
                             str(tmp_path / "b") + ENTER, ENTER, CTRL_C]) as seen:
