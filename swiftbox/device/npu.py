@@ -66,6 +66,11 @@ class NpuPlatform(Platform):
             "gptqmodel has no Ascend kernels",
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
         ),
+        "awq": Refusal(
+            "swiftbox has not validated gptqmodel's AWQ path on Ascend, and vllm-ascend does not serve AWQ",
+            "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
+        ),
+        "fp8": Refusal("torch_npu has no FP8 weight format for Ascend 910/310", "msModelSlim W8A8 for vllm-ascend"),
         "flash-attn": Refusal("flash-attn is CUDA-only", "attn_implementation sdpa (torch_npu fuses it)"),
     }
 
