@@ -21,11 +21,11 @@ PIPELINE_HELP = {
     "dpo": "preference alignment with DPO",
     "eval": "accuracy on a question/answer file and perplexity",
     "merge": "merge adapters into their base model",
-    "quantize": "GPTQ 4/8-bit export",
+    "quantize": "export: GPTQ / AWQ 4-bit, bitsandbytes NF4 / int8, FP8 (GPU), each quality-gated",
     "serve": "OpenAI-compatible server (built-in engine or vLLM)",
     "chat": "chat in the terminal with a model or a running server",
 }
-PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
+PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args", "verify": "verify_args"}  # take unknown flags
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
 
 
@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b")
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
+    p = sub.add_parser("verify", help="pre-deploy gate: files, engine fit, parity chain up to the served model")
+    p.add_argument("artifact")
+    p.add_argument("verify_args", nargs=argparse.REMAINDER)
+
     for kind, schema in STEP_TYPES.items():
         p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
@@ -192,6 +196,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
     if command == "parity":
         return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
+    if command == "verify":
+        return _optional("swiftbox.verify", "verify_cli", "verify")(args.artifact, args.verify_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 

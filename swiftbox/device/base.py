@@ -62,6 +62,9 @@ class Platform:
     refusals: ClassVar[dict[str, Refusal]] = {}
     # python package that provides the platform's vLLM engine
     vllm_package: ClassVar[str] = "vllm"
+    # checkpoint quantization formats (config.json quant_method) that engine serves here, and what to do otherwise
+    vllm_quantizations: ClassVar[tuple[str, ...]] = ("gptq", "awq", "bitsandbytes", "fp8")
+    vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
 
     # -- detection -------------------------------------------------------------------------
     @classmethod

@@ -56,6 +56,8 @@ class NpuPlatform(Platform):
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
     }
     vllm_package = "vllm_ascend"
+    vllm_quantizations = ()  # vllm-ascend's quantized path is msModelSlim W8A8/W4A8, not GPTQ/AWQ/bnb/FP8 files
+    vllm_quantization_instead = "serve the merged model, or quantize with msModelSlim (W8A8) for vllm-ascend"
     refusals = {
         "qlora-bnb": Refusal(
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",
