@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("verify_args", nargs=argparse.REMAINDER)
 
     for kind, schema in STEP_TYPES.items():
+        if kind == "verify":  # its own parser above: a table on the terminal, no output directory
+            continue
         p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")

@@ -199,6 +199,14 @@ class QuantizeStep(StepBase):
         return self
 
 
+class VerifyStep(StepBase):
+    engine: Literal["builtin", "vllm"] = Field("builtin", description="the engine the artifact will be deployed on")
+    against: Optional[str] = Field(None, description="base model or adapter to start the parity chain from")
+    serve: bool = Field(True, description="ask the model through the engine over HTTP (the last parity link)")
+    probe: Optional[str] = Field(None, description="prompts (.txt one a line, or .jsonl); default: built-in")
+    dtype: Dtype = "auto"
+
+
 class ServeStep(StepBase):
     engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it runs")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server")
@@ -289,6 +297,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,
+    "verify": VerifyStep,
     "serve": ServeStep,
     "chat": ChatStep,
 }

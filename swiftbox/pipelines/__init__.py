@@ -12,7 +12,7 @@ import importlib
 from swiftbox.errors import NotBuilt
 
 ISSUE_FOR = {
-    "sft": "fine-tuning", "dpo": "fine-tuning", "eval": "fine-tuning", "merge": "export", "quantize": "export",
+    "sft": "fine-tuning", "dpo": "fine-tuning", "eval": "fine-tuning", "merge": "export", "quantize": "export", "verify": "export",
     "serve": "serving", "chat": "serving", "download": "model download",
 }
 

@@ -57,7 +57,7 @@ def _vocab_size(folder: Path) -> Optional[int]:
 
 
 def verify(artifact: str, *, engine: str = "builtin", against: Optional[str] = None, device: Optional[str] = None,
-           dtype: str = "auto", serve: bool = True, probe: Optional[Sequence] = None) -> Report:
+           dtype: str = "auto", serve: bool = True, probe: Optional[Sequence] = None, platform=None) -> Report:
     """Run the whole gate on `artifact` (a model, adapter, merged or quantized directory)."""
     from swiftbox import parity as P
     from swiftbox.device import current_platform
@@ -67,7 +67,7 @@ def verify(artifact: str, *, engine: str = "builtin", against: Optional[str] = N
         raise UserError(f"verify --engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     if not Path(artifact).exists() and artifact != "toy":
         raise UserError(f"verify: {artifact} does not exist; pass a model, adapter, merged or quantized directory")
-    platform = current_platform(device)
+    platform = platform or current_platform(device)
     dt = platform.resolve_dtype(dtype)
     items = list(probe) if probe is not None else P.default_probe()
     report = Report(artifact=artifact, engine=engine)
@@ -112,6 +112,15 @@ def startup_gate(ref: str, engine: str, platform) -> None:
     raise cls(f"serve: {ref} fails the pre-deploy check ({first.line()}); see ./launch.sh verify {ref}")
 
 
+def read_probe(path: Optional[str]) -> Optional[list]:
+    """Probe conversations from a file (None: the built-in probe); plain prompts become user turns."""
+    from swiftbox import parity as P
+
+    if not path:
+        return None
+    return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in P.read_probe(path)]
+
+
 def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     from swiftbox.cli import OneLineParser
 
@@ -124,13 +133,8 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     parser.add_argument("--no-serve", action="store_true", help="skip the HTTP link through the engine")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     args = parser.parse_args([x for x in extra_args if x != "--"])
-    from swiftbox import parity as P
-
-    probe = P.read_probe(args.probe) if args.probe else None
-    if probe is not None:
-        probe = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in probe]
     report = verify(artifact, engine=args.engine, against=args.against, device=args.device, dtype=args.dtype,
-                    serve=not args.no_serve, probe=probe)
+                    serve=not args.no_serve, probe=read_probe(args.probe))
     if args.json:
         print(json.dumps(report.as_dict(), default=str))
     else:
