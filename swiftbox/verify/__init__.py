@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from swiftbox.errors import Unsupported, UserError
 from swiftbox.verify.report import Check, Report, print_table
@@ -39,7 +39,7 @@ def static_checks(report: Report, artifact: str, engine: str, platform, probe: l
     except UserError as exc:
         report.add("files", "artifact", False, str(exc))
         return None
-    weights_ok = all([files.check_weights(report, label, folder) for label, folder in _heads(spec)])
+    weights_ok = all([files.check_weights(report, label, folder) for label, folder in _heads(spec)])  # noqa: C419 - every head checked
     tok = files.check_tokenizer(report, "tokenizer", spec, probe)
     files.check_generation_config(report, "model", spec.base, tok)
     base_vocab = _vocab_size(spec.base)
@@ -48,7 +48,7 @@ def static_checks(report: Report, artifact: str, engine: str, platform, probe: l
     return spec if weights_ok and tok is not None else None
 
 
-def _vocab_size(folder: Path) -> Optional[int]:
+def _vocab_size(folder: Path) -> int | None:
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -56,8 +56,8 @@ def _vocab_size(folder: Path) -> Optional[int]:
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
 
 
-def verify(artifact: str, *, engine: str = "builtin", against: Optional[str] = None, device: Optional[str] = None,
-           dtype: str = "auto", serve: bool = True, probe: Optional[Sequence] = None, platform=None) -> Report:
+def verify(artifact: str, *, engine: str = "builtin", against: str | None = None, device: str | None = None,
+           dtype: str = "auto", serve: bool = True, probe: Sequence | None = None, platform=None) -> Report:
     """Run the whole gate on `artifact` (a model, adapter, merged or quantized directory)."""
     from swiftbox import parity as P
     from swiftbox.device import current_platform
@@ -112,7 +112,7 @@ def startup_gate(ref: str, engine: str, platform) -> None:
     raise cls(f"serve: {ref} fails the pre-deploy check ({first.line()}); see ./launch.sh verify {ref}")
 
 
-def read_probe(path: Optional[str]) -> Optional[list]:
+def read_probe(path: str | None) -> list | None:
     """Probe conversations from a file (None: the built-in probe); plain prompts become user turns."""
     from swiftbox import parity as P
 
@@ -142,4 +142,4 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     return 0 if report.ok else 1
 
 
-__all__ = ["verify", "verify_cli", "startup_gate", "Report", "Check"]
+__all__ = ["Check", "Report", "startup_gate", "verify", "verify_cli"]

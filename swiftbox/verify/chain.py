@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
-from typing import Optional
 
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.verify.report import Report
@@ -31,16 +31,16 @@ LINK_LIMITS: dict[str, dict[str, float]] = {
 class Node:
     label: str          # base | base+adapter | merged | quantized | model
     ref: str
-    bits: Optional[int] = None
+    bits: int | None = None
     logits: object = None
     answers: list[str] = field(default_factory=list)
     ids_match_head: bool = True
 
 
-def build_chain(artifact: str, against: Optional[str]) -> list[Node]:
+def build_chain(artifact: str, against: str | None) -> list[Node]:
     """Nodes from the head to `artifact`, following `input` of quantize/merge manifests."""
     nodes: list[Node] = []
-    ref: Optional[str] = artifact
+    ref: str | None = artifact
     while ref:
         manifest = read_manifest(ref) if Path(ref).is_dir() else None
         kind = (manifest or {}).get("kind")
@@ -98,7 +98,7 @@ def check_links(report: Report, nodes: list[Node], dtype: str) -> None:
     from swiftbox import parity as P
 
     mask = nodes[0].batch_mask  # type: ignore[attr-defined]
-    for a, b in zip(nodes, nodes[1:]):
+    for a, b in pairwise(nodes):
         name = f"{a.label} -> {b.label}"
         kind = link_type(a, b, dtype)
         if not b.ids_match_head:

@@ -55,9 +55,10 @@ def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
         return []
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            full = [k for k in handle.keys() if any(n in k for n in NOT_LINEAR) and "lora_" not in k]
+            names = list(handle.keys())
+            full = [k for k in names if any(n in k for n in NOT_LINEAR) and "lora_" not in k]
             rows = {handle.get_slice(k).get_shape()[0] for k in full}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error types
         return [f"{weights.name} cannot be read ({' '.join(str(exc).split())[:120]})"]
     out = []
     if full:

@@ -66,10 +66,10 @@ def read_headers(shards: list[Path]) -> tuple[dict[str, str], dict[str, list[int
     for file in shards:
         try:
             with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():
+                for name in handle.keys():  # noqa: SIM118 - a safe_open handle is not iterable
                     sl = handle.get_slice(name)
                     dtypes[name], shapes[name] = str(sl.get_dtype()), list(sl.get_shape())
-        except Exception as exc:  # every kind of damage raises safetensors' own error types
+        except Exception as exc:  # noqa: BLE001 - every kind of damage raises safetensors' own error types
             raise ValueError(f"{file.name} cannot be read ({' '.join(str(exc).split())[:140]})") from None
     return dtypes, shapes
 
@@ -80,7 +80,7 @@ def check_tokenizer(report: Report, label: str, spec, probe: list) -> object | N
 
     try:
         tok = load_tokenizer(spec)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a check: any failure to load is the finding
         report.add("files", f"{label}: tokenizer", False, f"does not load ({' '.join(str(exc).split())[:140]})")
         return None
     if not getattr(tok, "chat_template", None):
@@ -90,7 +90,7 @@ def check_tokenizer(report: Report, label: str, spec, probe: list) -> object | N
     try:
         for conv in probe:
             tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - templates raise jinja and arbitrary errors
         report.add("files", f"{label}: chat template", False, f"fails on the probe ({' '.join(str(exc).split())[:140]})")
         return tok
     report.add("files", f"{label}: chat template", True, f"renders {len(probe)} probe conversations")
@@ -103,7 +103,7 @@ def end_of_turn_id(tok) -> int | None:
     try:
         text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}],
                                        tokenize=False)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no renderable assistant turn: no end-of-turn to check
         return None
     after = text.split(marker, 1)[1] if marker in text else ""
     ids = tok(after, add_special_tokens=False)["input_ids"] if after.strip() else []

@@ -17,8 +17,16 @@ from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.pipelines.quantize.calibration import (BUNDLED, calibration_files, fit_group_size, layer_widths,
-                                                     lineage_datasets, read_texts, split_held_out, tokenize)
+from swiftbox.pipelines.quantize.calibration import (
+    BUNDLED,
+    calibration_files,
+    fit_group_size,
+    layer_widths,
+    lineage_datasets,
+    read_texts,
+    split_held_out,
+    tokenize,
+)
 
 PRODUCES_MODEL = True
 
@@ -166,5 +174,18 @@ def loaders(method: str) -> list[str]:
     return ["transformers"]
 
 
-__all__ = ["run", "check", "check_input", "METHODS", "BUNDLED", "calibration_files", "fit_group_size",
-           "layer_widths", "lineage_datasets", "read_texts", "split_held_out", "tokenize", "QualityGateFailed"]
+__all__ = [
+    "BUNDLED",
+    "METHODS",
+    "QualityGateFailed",
+    "calibration_files",
+    "check",
+    "check_input",
+    "fit_group_size",
+    "layer_widths",
+    "lineage_datasets",
+    "read_texts",
+    "run",
+    "split_held_out",
+    "tokenize",
+]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -67,9 +66,9 @@ def tensor_dtypes(folder: Path) -> dict[str, str]:
     for file in sorted(Path(folder).glob("*.safetensors")):
         try:
             with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():
+                for name in handle.keys():  # noqa: SIM118 - a safe_open handle is not iterable
                     out[name] = str(handle.get_slice(name).get_dtype())
-        except Exception as exc:  # safetensors raises its own error types for every kind of damage
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for every kind of damage
             raise ValueError(f"{file.name} cannot be read ({' '.join(str(exc).split())[:160]})") from None
     return out
 
@@ -89,7 +88,8 @@ def two_dim_tensors(folder: Path) -> set[str]:
     names = set()
     for file in sorted(Path(folder).glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as handle:
-            names |= {n for n in handle.keys() if len(handle.get_slice(n).get_shape()) == 2}
+            keys = list(handle.keys())
+            names |= {n for n in keys if len(handle.get_slice(n).get_shape()) == 2}
     return names
 
 
@@ -114,7 +114,7 @@ def inspect_export(source_dir: Path, export_dir: Path, layout: str) -> dict:
             "error": None if modules else f"no decoder linear layers found in {source_dir}"}
 
 
-def tolerances(bits: int, overrides: Optional[dict]) -> dict[str, float]:
+def tolerances(bits: int, overrides: dict | None) -> dict[str, float]:
     out = dict(DEFAULT_TOLERANCES[8 if bits >= 8 else 4])
     out.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return out
@@ -125,7 +125,7 @@ def gate(metrics: dict, inspection: dict, tol: dict[str, float]) -> list[str]:
     broken = []
     if inspection.get("error"):
         broken.append(inspection["error"])
-    elif not inspection["quantized_modules"] == inspection["linear_modules"]:
+    elif inspection["quantized_modules"] != inspection["linear_modules"]:
         broken.append(f"{inspection['linear_modules'] - inspection['quantized_modules']} of "
                       f"{inspection['linear_modules']} linear layers are not stored quantized "
                       f"(e.g. {', '.join(inspection['unquantized'])})")
