@@ -134,8 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b")
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
-    p = sub.add_parser("verify", help="pre-deploy gate: files, engine fit, parity chain up to the served model")
-    p.add_argument("artifact")
+    p = sub.add_parser("verify", help="pre-deploy gate: files, engine fit, parity chain up to the served model",
+                       description="verify ARTIFACT [--engine builtin|vllm] [--against BASE_OR_ADAPTER] [--probe FILE] "
+                                   "[--dtype D] [--device D] [--no-serve] [--json]; exit 1 when a check fails "
+                                   "(docs/export.md)")
+    p.add_argument("artifact", help="model, adapter, merged or quantized directory")
     p.add_argument("verify_args", nargs=argparse.REMAINDER)
 
     for kind, schema in STEP_TYPES.items():
