@@ -164,3 +164,18 @@ def test_verify_bad_input_is_one_line(cli, tmp_path):
     assert res.returncode == 2 and "does not exist" in one_line_error(res)
     res = cli("verify", str(tmp_path), "--engine", "tgi")
     assert res.returncode == 2
+
+
+def test_verify_as_a_recipe_step_fails_the_recipe_naming_the_check(chain, tmp_path):
+    from swiftbox.pipelines.verify import VerifyFailed
+    from swiftbox.runner import run_recipe
+
+    quantized = tmp_path / "quantized"
+    shutil.copytree(chain[1], quantized)
+    (quantized / "model.safetensors").write_bytes(b"\x00" * 64)
+    recipe = {"name": "gate", "model": str(quantized), "output_dir": str(tmp_path / "runs"),
+              "steps": [{"verify": {"serve": False}}]}
+    with pytest.raises(VerifyFailed, match="files: model: weights: model.safetensors cannot be read") as err:
+        run_recipe(recipe)
+    assert err.value.exit_code == 1
+    assert not (tmp_path / "runs" / "verify").exists()
