@@ -277,7 +277,7 @@ def test_awq_export_loads_with_from_pretrained_and_reports_accuracy(tmp_path):
     _loads_quantized(out, "Awq")
 
 
-@pytest.mark.parametrize("bits,layer", [(4, "Linear4bit"), (8, "Linear8bitLt")])
+@pytest.mark.parametrize("bits,layer", [(4, "Linear4bit"), pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
 def test_bnb_export_is_saved_so_plain_from_pretrained_loads_it(tmp_path, bits, layer):
     import swiftbox as sb
 
