@@ -36,9 +36,8 @@ class Refusal:
 
 # refused on every platform: no maintained library on this machine writes it
 GGUF_REFUSAL = Refusal(
-    "GGUF files for llama.cpp/Ollama are written by llama.cpp's convert_hf_to_gguf.py, a script that ships with "
-    "llama.cpp and in no installable library (the `gguf` package only reads/writes the container, and gptqmodel's "
-    "gguf format is a safetensors checkpoint llama.cpp cannot open)",
+    "no installable library writes llama.cpp's GGUF files: that is llama.cpp's convert_hf_to_gguf.py script "
+    "(PyPI `gguf` only reads/writes the container; gptqmodel's gguf format is a safetensors checkpoint)",
     "merge, then run llama.cpp's convert_hf_to_gguf.py on the merged directory (e.g. --outtype q8_0); "
     "or --method gptq/awq/bnb for transformers and vLLM",
 )
