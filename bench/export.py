@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -101,7 +100,9 @@ def main(argv=None) -> None:
     parser.add_argument("--methods", default="gptq,awq,bnb", help="comma-separated quantize methods")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    from swiftbox.compat import gptqmodel_env
+
+    gptqmodel_env()
     import swiftbox as sb
     from swiftbox.verify import verify
 

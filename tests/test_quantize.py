@@ -163,14 +163,11 @@ def test_refuses_existing_output_without_force(cli, toy_dir, tmp_path):
 
 def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
     from swiftbox.device import NpuPlatform
-    from swiftbox.pipelines import quantize
-    from swiftbox.pipelines.base import StepContext
+    from swiftbox.pipelines import load_pipeline
     from swiftbox.steps import QuantizeStep
 
-    ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
-                      output=tmp_path / "o", platform=NpuPlatform())
-    with pytest.raises(Unsupported) as err:
-        quantize.run(QuantizeStep(), ctx)
+    with pytest.raises(Unsupported) as err:   # the pipeline's check: before any output directory exists
+        load_pipeline("quantize").check(QuantizeStep(), NpuPlatform())
     assert err.value.exit_code == 3 and "gptq" in str(err.value) and "instead" in str(err.value)
 
 

@@ -32,3 +32,9 @@ def test_quickstart_numbers_hold(tmp_path):
     assert links == ["base+adapter -> merged", "merged -> quantized", "quantized -> served (builtin, HTTP)"]
     assert gate["passed"] == gate["checks"] - gate["skipped"]
     assert "quickstart" in out.stdout and "summary:" in out.stdout            # the closing table
+    # quiet by default: no third-party warnings or banners on screen; they are in the run's log
+    shown = out.stdout + out.stderr
+    noise = ("Failed to load", "_pytree", "FutureWarning", "DeprecationWarning", "GPT-QModel", "ENV: Auto setting",
+             "warnings.warn(")
+    assert [n for n in noise if n in shown] == [], shown[-3000:]
+    assert "Failed to load" in (tmp_path / "quickstart" / "swiftbox.log").read_text()

@@ -7,16 +7,15 @@ from __future__ import annotations
 import json
 
 from swiftbox.errors import SwiftboxError
-
-PRODUCES_MODEL = False
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import VerifyStep
 
 
 class VerifyFailed(SwiftboxError):
     """A pre-deploy check failed (exit 1)."""
 
 
-def run(cfg, ctx):
-    from swiftbox.pipelines.base import StepResult
+def run(cfg: VerifyStep, ctx: StepContext) -> StepResult:
     from swiftbox.verify import read_probe, verify
 
     report = verify(str(ctx.input), engine=cfg.engine, against=cfg.against, dtype=cfg.dtype, serve=cfg.serve,
@@ -28,3 +27,6 @@ def run(cfg, ctx):
     counts = {s: sum(c.status == s for c in report.checks) for s in ("ok", "skip")}
     return StepResult(metrics={"checks": len(report.checks), "passed": counts["ok"], "skipped": counts["skip"]},
                       info={"artifact": "report", "verify": report.as_dict()})
+
+
+PIPELINE = declare("verify", VerifyStep, produces_model=False, run=run)

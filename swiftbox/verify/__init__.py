@@ -8,13 +8,17 @@ One table, exit 1 when any check fails, each failure also printed as one line na
 - parity (chain.py): base+adapter -> merged -> quantized -> served, per link max |Δlogit|, argmax and
   greedy-answer agreement with thresholds per link type.
 
-    import swiftbox.verify as V
-    report = V.verify("runs/quickstart/quantize")      # Report; report.ok, report.failures
+    import swiftbox as sb
+    report = sb.verify("runs/quickstart/quantize")     # Report; report.ok, report.failures
+(`swiftbox.verify` is both this package and the function, as `swiftbox.parity` is; the recipe step
+`- verify: {}` runs the same gate through swiftbox/pipelines/verify.py.)
 """
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,7 +126,7 @@ def read_probe(path: str | None) -> list | None:
 
 
 def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
-    from swiftbox.cli import OneLineParser
+    from swiftbox.args import OneLineParser
 
     parser = OneLineParser(prog="swiftbox verify")
     parser.add_argument("--engine", default="builtin", choices=ENGINES, help="the engine you will deploy on")

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import QuantizeStep
 from swiftbox.pipelines.quantize.calibration import (
     BUNDLED,
     calibration_files,
@@ -27,9 +30,6 @@ from swiftbox.pipelines.quantize.calibration import (
     split_held_out,
     tokenize,
 )
-
-PRODUCES_MODEL = True
-
 
 @dataclass(frozen=True)
 class Method:
@@ -52,7 +52,7 @@ class QualityGateFailed(SwiftboxError):
     """The export broke a documented tolerance (exit 1); nothing was written."""
 
 
-def check(cfg, platform) -> None:
+def check(cfg: QuantizeStep, platform: Platform) -> None:
     """Refusals that need only the device (exit 3 with the alternative)."""
     platform.require(METHODS[cfg.method].feature)
 
@@ -86,13 +86,12 @@ def accuracy(model, tokenizer, pairs: list) -> float:
     return round(sum(matches(pred, ref, "exact") for pred, (_, ref) in zip(predictions, pairs)) / len(pairs), 4)
 
 
-def run(cfg, ctx):
+def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     import gc
     import importlib
 
     from swiftbox import parity as P
     from swiftbox.modeling.loading import gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype
-    from swiftbox.pipelines.base import StepResult
     from swiftbox.pipelines.quantize import quality
 
     check(cfg, ctx.platform)
@@ -173,6 +172,8 @@ def loaders(method: str) -> list[str]:
         return ["transformers", "gptqmodel"]
     return ["transformers"]
 
+
+PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)
 
 __all__ = [
     "BUNDLED",

@@ -6,23 +6,10 @@ methods behind the same `GPTQModel.load(path, config).quantize(rows)` API.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
-import os
 from pathlib import Path
 
-
-@contextlib.contextmanager
-def gptq_logs_in(folder: Path):
-    """gptqmodel writes a per-layer log to ./logs/ of the current directory; keep it in the output instead."""
-    from gptqmodel.looper import loop_processor
-
-    before = loop_processor._PROJECT_LOG_DIR
-    loop_processor._PROJECT_LOG_DIR = folder
-    try:
-        yield
-    finally:
-        loop_processor._PROJECT_LOG_DIR = before
+from swiftbox.compat import gptqmodel_env, gptqmodel_log_dir
 
 
 def quantize_config(cfg, group_size: int):
@@ -40,7 +27,7 @@ def quantize_config(cfg, group_size: int):
 
 def write(cfg, spec, ctx, tokenizer, calib: list[dict], dtype, group_size: int) -> dict:
     """Quantize `spec.base` with the calibration rows into ctx.work_dir; returns the manifest's method facts."""
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes in quantize() on <=2 cores without it
+    gptqmodel_env()
     from gptqmodel import GPTQModel
 
     kwargs = {}
@@ -51,7 +38,7 @@ def write(cfg, spec, ctx, tokenizer, calib: list[dict], dtype, group_size: int) 
         kwargs["backend"] = BACKEND.AWQ_TORCH
     model = GPTQModel.load(str(spec.base), quantize_config(cfg, group_size), device=ctx.platform.torch_device(0),
                            dtype=dtype, trust_remote_code=cfg.trust_remote_code)
-    with gptq_logs_in(Path(ctx.work_dir) / "logs"):
+    with gptqmodel_log_dir(Path(ctx.work_dir) / "logs"):
         model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer, **kwargs)
     model.save(str(ctx.work_dir), max_shard_size=cfg.max_shard_size)
     del model
