@@ -18,7 +18,8 @@ from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args", "verify": "verify_args"}  # take unknown flags
+# commands that take unknown flags
+PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args", "verify": "verify_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
 DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 

@@ -147,3 +147,13 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
 
 
 __all__ = ["Check", "Report", "startup_gate", "verify", "verify_cli"]
+
+
+class _CallableModule(types.ModuleType):
+    """`swiftbox.verify` is both this package and the function (see swiftbox.parity for why)."""
+
+    def __call__(self, *args, **kwargs):
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

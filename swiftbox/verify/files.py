@@ -91,7 +91,8 @@ def check_tokenizer(report: Report, label: str, spec, probe: list) -> object | N
         for conv in probe:
             tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - templates raise jinja and arbitrary errors
-        report.add("files", f"{label}: chat template", False, f"fails on the probe ({' '.join(str(exc).split())[:140]})")
+        report.add("files", f"{label}: chat template", False,
+                   f"fails on the probe ({' '.join(str(exc).split())[:140]})")
         return tok
     report.add("files", f"{label}: chat template", True, f"renders {len(probe)} probe conversations")
     return tok

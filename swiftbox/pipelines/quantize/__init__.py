@@ -19,7 +19,6 @@ from swiftbox.artifacts import is_adapter_dir
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
-from swiftbox.steps import QuantizeStep
 from swiftbox.pipelines.quantize.calibration import (
     BUNDLED,
     calibration_files,
@@ -30,6 +29,8 @@ from swiftbox.pipelines.quantize.calibration import (
     split_held_out,
     tokenize,
 )
+from swiftbox.steps import QuantizeStep
+
 
 @dataclass(frozen=True)
 class Method:
@@ -65,11 +66,13 @@ def check_input(ref: str):
     path = resolve_model(ref)
     if is_adapter_dir(path):
         raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
-                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize {Path(str(ref)).name}-merged "
+                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
+                        f"{Path(str(ref)).name}-merged "
                         "(in a recipe: put a merge: {} step before quantize)")
     spec = resolve_spec(str(path))
     if spec.quantized:
-        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source instead")
+        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
+                        "instead")
     return spec
 
 

@@ -20,13 +20,15 @@ def calibration_files(cfg, ctx) -> tuple[list[Path], str]:
     if cfg.dataset:
         path = _data_path(cfg.dataset)
         if not path.is_file():
-            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt file")
+            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt "
+                            "file")
         return [path], "dataset"
     named = lineage_datasets(ctx.lineage())
     if named:
         found = [p for p in (_data_path(n) for n in named) if p.is_file()]
         if not found:
-            raise UserError(f"quantize: missing calibration data: the training data in the lineage ({', '.join(named)}) "
+            raise UserError(f"quantize: missing calibration data: the training data in the lineage "
+                            f"({', '.join(named)}) "
                             "is not on disk; pass dataset: (--dataset) with a .jsonl/.txt file")
         return found, "lineage"
     if not BUNDLED.is_file():
@@ -62,9 +64,11 @@ def read_texts(files: list[Path], tokenizer) -> list[str]:
             texts += [line.strip() for line in raw.splitlines() if line.strip()]
             continue
         try:
-            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(l) for l in raw.splitlines() if l.strip()]
+            lines = [ln for ln in raw.splitlines() if ln.strip()]
+            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(ln) for ln in lines]
         except json.JSONDecodeError as exc:
-            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line "
+                            f"{exc.lineno})") from None
         for row in rows if isinstance(rows, list) else []:
             text = _row_text(row, tokenizer) if isinstance(row, dict) else None
             if text:
@@ -79,7 +83,8 @@ def _row_text(row: dict, tokenizer) -> str | None:
     messages = row.get("messages")
     if not isinstance(messages, list) and isinstance(row.get("conversations"), list):
         roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")} for m in row["conversations"]]
+        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")}
+                    for m in row["conversations"]]
     if not isinstance(messages, list):
         for prompt_key, answer_key in (("prompt", "chosen"), ("instruction", "output"), ("query", "response")):
             if isinstance(row.get(prompt_key), str):
