@@ -202,7 +202,7 @@ class QuantizeStep(StepBase):
 
     @field_validator("bits")
     @classmethod
-    def _bits_for_method(cls, value, info):
+    def _bits_for_method(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
         allowed = QUANT_METHOD_BITS.get(info.data.get("method", "gptq"), (4, 8))
         if value is not None and value not in allowed:
             raise ValueError(f"{value} is not available with method {info.data.get('method', 'gptq')}; "
@@ -210,7 +210,7 @@ class QuantizeStep(StepBase):
         return value
 
     @model_validator(mode="after")
-    def _default_bits(self):
+    def _default_bits(self) -> QuantizeStep:
         if self.bits is None:
             self.bits = 8 if self.method == "fp8" else 4
         return self

@@ -11,6 +11,7 @@ import gc
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.verify.report import Report
@@ -32,7 +33,7 @@ class Node:
     label: str          # base | base+adapter | merged | quantized | model
     ref: str
     bits: int | None = None
-    logits: object = None
+    logits: Any = None
     answers: list[str] = field(default_factory=list)
     ids_match_head: bool = True
 
@@ -42,8 +43,8 @@ def build_chain(artifact: str, against: str | None) -> list[Node]:
     nodes: list[Node] = []
     ref: str | None = artifact
     while ref:
-        manifest = read_manifest(ref) if Path(ref).is_dir() else None
-        kind = (manifest or {}).get("kind")
+        manifest = (read_manifest(ref) if Path(ref).is_dir() else None) or {}
+        kind = manifest.get("kind")
         if kind == "quantize":
             nodes.insert(0, Node("quantized", ref, bits=(manifest.get("quantization") or {}).get("bits")))
         elif kind == "merge":

@@ -148,9 +148,9 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
             "quantized_modules": inspection["quantized_modules"], "linear_modules": inspection["linear_modules"],
             "calibration_samples": len(calib) if method.calibrated else 0, "held_out_samples": len(held),
         })
-        if pairs:
+        if acc_before is not None and acc_after is not None:
             metrics.update(accuracy_before=acc_before, accuracy_after=acc_after, accuracy_drop=acc_before - acc_after)
-    tol = quality.tolerances(cfg.bits, cfg.tolerance.model_dump())
+    tol = quality.tolerances(cfg.bits or 4, cfg.tolerance.model_dump())
     broken = quality.gate(metrics, inspection, tol)
     if broken:
         raise QualityGateFailed(f"quantize: the {cfg.method} {cfg.bits}-bit export fails its quality gate: "
