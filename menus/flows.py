@@ -175,17 +175,30 @@ MERGE = Flow(
 def _quantize_method(s: MenuSession):
     def ask(state: dict):
         facts = s.probe.facts()
-        why = facts.why_not("gptq") if facts else None
-        return q.pick("Method:", "method", [("GPTQ (gptqmodel)", "gptq", why), ("Back", BACK)], "gptq")(state)
+        options = [(label, method, facts.why_not(method) if facts else None)
+                   for label, method in QUANT_METHODS]
+        return q.pick("Method:", "method", [*options, ("Back", BACK)], "gptq")(state)
 
     return ask
+
+
+QUANT_METHODS = (("GPTQ 4/8-bit (gptqmodel)", "gptq"), ("AWQ 4-bit (gptqmodel)", "awq"),
+                 ("bitsandbytes NF4 / int8", "bnb"), ("FP8 (Ada/Hopper GPUs)", "fp8"),
+                 ("GGUF for llama.cpp / Ollama", "gguf"))
+
+
+def _quantize_bits(state: dict):
+    from swiftbox.steps import QUANT_METHOD_BITS
+
+    allowed = QUANT_METHOD_BITS.get(state.get("method"), (4, 8))
+    return q.pick("Bits:", "bits", [(f"{b}-bit", b) for b in allowed], allowed[0])(state)
 
 
 QUANTIZE = Flow(
     "quantize", "Quantize",
     lambda s: [("model", q.model(s, "Model to quantize:", types=("model",))),
                ("method", _quantize_method(s)),
-               ("bits", q.pick("Bits:", "bits", [("4-bit", 4), ("8-bit", 8)], 4)),
+               ("bits", _quantize_bits),
                ("dataset", q.dataset(s, "sft", "Calibration data:",
                                      optional="the data this model was trained on (from its manifest)")),
                ("output", q.output(s, "quantize"))],

@@ -19,7 +19,7 @@ from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
-               "compare": "compare_args", "precision": "precision_args"}
+               "compare": "compare_args", "precision": "precision_args", "verify": "verify_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
 DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 
@@ -148,8 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", nargs="?", default=None)
     p.add_argument("b", nargs="?", default=None)
     p.add_argument("precision_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("verify", help="pre-deploy gate: files, engine fit, parity chain up to the served model",
+                       description="verify ARTIFACT [--engine builtin|vllm] [--against BASE_OR_ADAPTER] [--probe FILE] "
+                                   "[--dtype D] [--device D] [--no-serve] [--json]; exit 1 when a check fails "
+                                   "(docs/export.md)")
+    p.add_argument("artifact", help="model, adapter, merged or quantized directory")
+    p.add_argument("verify_args", nargs=argparse.REMAINDER)
 
     for kind, schema in STEP_TYPES.items():
+        if kind == "verify":  # its own parser above: a table on the terminal, no output directory
+            continue
         p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help=DEVICE_HELP)
@@ -229,6 +237,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from swiftbox.diagnose.precision import precision_cli
 
         return precision_cli(args.a, args.b, args.precision_args)
+    if command == "verify":
+        from swiftbox.verify import verify_cli
+
+        return verify_cli(args.artifact, args.verify_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 

@@ -202,24 +202,67 @@ class MergeStep(StepBase):
         return self
 
 
-class QuantizeStep(StepBase):
-    """GPTQ 4/8-bit export"""
+class QuantTolerance(Strict):
+    """Bounds the quantize step fails past; unset fields keep the documented defaults (docs/export.md)."""
 
-    method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
-    bits: Literal[4, 8] = Field(4, description="4 or 8")
-    group_size: int = Field(128, description="GPTQ group size (-1 = per-channel); lowered to one that divides every "
-                            "layer's input width when needed")
+    min_cosine: Optional[float] = Field(None, ge=0, le=1, description="mean logit cosine vs the source on the probe")
+    min_argmax_agreement: Optional[float] = Field(None, ge=0, le=1, description="top-1 agreement with the source")
+    max_perplexity_ratio: Optional[float] = Field(None, gt=0, description="held-out perplexity after / before")
+    max_accuracy_drop: Optional[float] = Field(None, ge=0, le=1, description="eval accuracy before - after")
+    max_size_ratio: Optional[float] = Field(None, gt=0, description="weight bytes of the export / the source")
+
+
+QUANT_METHOD_BITS = {"gptq": (4, 8), "awq": (4,), "bnb": (4, 8), "fp8": (8,), "gguf": (4, 8)}
+
+
+class QuantizeStep(StepBase):
+    """export: GPTQ / AWQ 4-bit, bitsandbytes NF4 / int8, FP8 (GPU), each quality-gated"""
+
+    method: Literal["gptq", "awq", "bnb", "fp8", "gguf"] = Field(
+        "gptq", description="gptq | awq (gptqmodel 7.6.0) | bnb (bitsandbytes NF4 / int8) | fp8 (FP8 GPUs) | "
+                            "gguf (refused: needs llama.cpp's converter script)")
+    bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only")
+    group_size: int = Field(128, description="GPTQ/AWQ group size (-1 = per-channel); lowered to one that divides "
+                            "every layer's input width when needed")
     desc_act: bool = Field(False, description="GPTQ act-order: quantize columns by decreasing activation size")
-    sym: bool = Field(True, description="symmetric quantization")
+    sym: bool = Field(True, description="symmetric quantization (AWQ: false = with zero points)")
     damp_percent: float = Field(0.05, gt=0, lt=1, description="GPTQ Hessian dampening")
     dataset: Optional[str] = Field(None, description="calibration data (.jsonl/.json/.txt); default: the lineage's "
                                    "training data, else bundled text")
+    eval_dataset: Optional[str] = Field(None, description="questions with reference answers: accuracy before and "
+                                        "after is measured and gated (max_accuracy_drop)")
     samples: int = Field(128, ge=1, description="calibration samples")
     max_length: int = Field(512, ge=8, description="truncate calibration samples to this many tokens")
     batch_size: int = Field(8, ge=1, description="calibration batch size")
-    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ kernels "
+    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ/AWQ kernels "
                          "run in 16-bit, so auto/float32 mean bfloat16 where supported, else float16")
     max_shard_size: str = Field("2GB", description="largest safetensors shard")
+    tolerance: QuantTolerance = Field(default_factory=QuantTolerance)
+
+    @field_validator("bits")
+    @classmethod
+    def _bits_for_method(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        allowed = QUANT_METHOD_BITS.get(info.data.get("method", "gptq"), (4, 8))
+        if value is not None and value not in allowed:
+            raise ValueError(f"{value} is not available with method {info.data.get('method', 'gptq')}; "
+                             f"expected {' or '.join(map(str, allowed))}")
+        return value
+
+    @model_validator(mode="after")
+    def _default_bits(self) -> QuantizeStep:
+        if self.bits is None:
+            self.bits = 8 if self.method == "fp8" else 4
+        return self
+
+
+class VerifyStep(StepBase):
+    """pre-deploy gate: files, engine fit, parity chain up to the served model"""
+
+    engine: Literal["builtin", "vllm"] = Field("builtin", description="the engine the artifact will be deployed on")
+    against: Optional[str] = Field(None, description="base model or adapter to start the parity chain from")
+    serve: bool = Field(True, description="ask the model through the engine over HTTP (the last parity link)")
+    probe: Optional[str] = Field(None, description="prompts (.txt one a line, or .jsonl); default: built-in")
+    dtype: Dtype = "auto"
 
 
 class ServeStep(StepBase):
@@ -292,6 +335,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,
+    "verify": VerifyStep,
     "serve": ServeStep,
     "chat": ChatStep,
 }

@@ -17,12 +17,14 @@ FEATURE_PACKAGES: dict[str, str] = {
     "qlora-bnb": "bitsandbytes",
     "bnb": "bitsandbytes",
     "gptq": "gptqmodel",
+    "awq": "gptqmodel",
     "vllm": "vllm",
     "flash-attn": "flash_attn",
     "deepspeed": "deepspeed",
 }
 
-FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "vllm", "flash-attn", "deepspeed", "multi-device")
+FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "awq", "fp8", "gguf", "vllm", "flash-attn", "deepspeed",
+            "multi-device")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,16 @@ class Refusal:
 
     why: str
     instead: str
+
+
+# refused on every platform: no maintained library on this machine writes it
+GGUF_REFUSAL = Refusal(
+    "no installable library writes llama.cpp's GGUF files: that is llama.cpp's convert_hf_to_gguf.py script "
+    "(PyPI `gguf` only reads/writes the container; gptqmodel's gguf format is a safetensors checkpoint)",
+    "merge, then run llama.cpp's convert_hf_to_gguf.py on the merged directory (e.g. --outtype q8_0); "
+    "or --method gptq/awq/bnb for transformers and vLLM",
+)
+ALWAYS_REFUSED: dict[str, Refusal] = {"gguf": GGUF_REFUSAL}
 
 
 @dataclass
@@ -52,6 +64,9 @@ class Platform:
     vllm_package: ClassVar[str] = "vllm"
     # torch.profiler.ProfilerActivity members a training profile records here
     profiler_activities: ClassVar[tuple[str, ...]] = ("CPU",)
+    # checkpoint quantization formats (config.json quant_method) that engine serves here, and what to do otherwise
+    vllm_quantizations: ClassVar[tuple[str, ...]] = ("gptq", "awq", "bitsandbytes", "fp8")
+    vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
 
     # -- detection -------------------------------------------------------------------------
     @classmethod
@@ -124,13 +139,18 @@ class Platform:
             raise ValueError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
         if feature == "bf16" and not self.bf16_supported():
             return Refusal(f"bf16 is not supported by {self.describe()}", "dtype float16 (or float32)")
-        if feature in self.refusals:
-            return self.refusals[feature]
+        refusal = ALWAYS_REFUSED.get(feature) or self.refusals.get(feature) or self.hardware_refusal(feature)
+        if refusal is not None:
+            return refusal
         if feature == "multi-device" and self.device_count() < 2:
             return Refusal(f"only {self.device_count()} {self.name} device(s) here", "a single device")
         pkg = self._package_for(feature)
         if pkg and not _importable(pkg):
             return Refusal(f"the python package '{pkg}' is not installed", f"pip install {pkg.replace('_', '-')}")
+        return None
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        """A refusal that depends on the device model found at run time (e.g. FP8 on older GPUs)."""
         return None
 
     def supports(self, feature: str) -> bool:

@@ -1,7 +1,9 @@
 """NVIDIA CUDA platform: nccl, CUDA_VISIBLE_DEVICES, bf16 from compute capability 8.0 (Ampere) on."""
 from __future__ import annotations
 
-from swiftbox.device.base import DeviceMemory, Platform
+from swiftbox.device.base import DeviceMemory, Platform, Refusal
+
+FP8_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have FP8 tensor cores
 
 
 class CudaPlatform(Platform):
@@ -36,6 +38,20 @@ class CudaPlatform(Platform):
         import torch
 
         return bool(torch.cuda.is_bf16_supported())
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        if feature != "fp8":
+            return None
+        major, minor = self.compute_capability(0)
+        if (major, minor) < FP8_CAPABILITY:
+            return Refusal(f"{self.device_name(0)} (compute capability {major}.{minor}) has no FP8 tensor cores; "
+                           "FP8 needs 8.9+ (Ada, Hopper)", "--method awq or gptq (4-bit) or --method bnb --bits 8")
+        return None
+
+    def compute_capability(self, index: int = 0) -> tuple[int, int]:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(index))
 
     def memory(self, index: int = 0) -> DeviceMemory:
         import torch

@@ -57,6 +57,8 @@ class NpuPlatform(Platform):
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
     }
     vllm_package = "vllm_ascend"
+    vllm_quantizations = ()  # vllm-ascend's quantized path is msModelSlim W8A8/W4A8, not GPTQ/AWQ/bnb/FP8 files
+    vllm_quantization_instead = "serve the merged model, or quantize with msModelSlim (W8A8) for vllm-ascend"
     refusals = {
         "qlora-bnb": Refusal(
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",
@@ -68,6 +70,11 @@ class NpuPlatform(Platform):
             "gptqmodel has no Ascend kernels",
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
         ),
+        "awq": Refusal(
+            "swiftbox has not validated gptqmodel's AWQ path on Ascend, and vllm-ascend does not serve AWQ",
+            "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
+        ),
+        "fp8": Refusal("torch_npu has no FP8 weight format for Ascend 910/310", "msModelSlim W8A8 for vllm-ascend"),
         "flash-attn": Refusal("flash-attn is CUDA-only", "attn_implementation sdpa (torch_npu fuses it)"),
     }
 

@@ -82,6 +82,9 @@ def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str]
     spec = resolve_spec(ref)
     names = served_names(cfg, ref, spec)
     engine = pick_engine(cfg, platform, log)
+    from swiftbox.verify import startup_gate
+
+    startup_gate(ref, engine, platform)  # files + engine fit: refuse (exit 2/3) rather than serve what cannot load
     dtype = platform.resolve_dtype(cfg.dtype)
     if engine == "vllm":
         return _open_vllm(cfg, spec, names, platform, dtype, work_dir, log)
