@@ -88,7 +88,7 @@ INSTALLED_TORCH=""
 if [ "$HAVE_FLAVOUR" = missing ]; then
   if [ "$ACCEL" = cpu ]; then
     cpu_torch_source
-    say "torch: $TORCH_REQ ${TORCH_ARGS[*]:-(pip's configured sources)}"
+    say "torch: $TORCH_REQ ${TORCH_ARGS[*]:-(from the pip configuration)}"
     run "${PIP[@]}" "${TORCH_ARGS[@]}" "$TORCH_REQ"
   elif [ "$ACCEL" = npu ]; then
     # torch + torch_npu as one set for this CANN (x86 needs torch's CPU build; aarch64's PyPI torch is CPU)

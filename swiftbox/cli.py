@@ -108,10 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None)
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -127,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
 
     sub.add_parser("menu", help="the interactive menu (same as no command)")
-    sub.add_parser("models", help="list the model presets")
+    p = sub.add_parser("models", help="list the model presets")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("parity", help="compare the logits of two models on a probe set")
     p.add_argument("a")
@@ -178,7 +181,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from swiftbox.runner import run_recipe
 
         summary = run_recipe(recipe, args.overrides, runs_root=args.runs_root)
-        print_summary(summary)
+        print_summary(summary, as_json=args.json)
         return 0
     if command == "doctor":
         from swiftbox.device.doctor import doctor
@@ -189,7 +192,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
-        return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
+        return _optional("swiftbox.modeling.registry", "print_models", "the model registry")(as_json=args.json)
     if command == "parity":
         return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
     if command in STEP_TYPES:
