@@ -93,8 +93,10 @@ if [ "$HAVE_FLAVOUR" = missing ]; then
   elif [ "$ACCEL" = npu ]; then
     # torch + torch_npu as one set for this CANN (x86 needs torch's CPU build; aarch64's PyPI torch is CPU)
     CANN="$("$PY" "$MATRIX" cann 2>/dev/null || true)"
-    if ! PINS="$("$PY" "$MATRIX" pins "$CANN")"; then
-      say "error: no known torch/torch_npu set for CANN '${CANN:-not found}'; see ./launch.sh doctor and" \
+    WITH_VLLM=""
+    case ",$EXTRAS," in *,vllm,*) WITH_VLLM="--vllm" ;; esac
+    if ! PINS="$("$PY" "$MATRIX" pins "$CANN" $WITH_VLLM)"; then
+      say "error: no known torch/torch_npu${WITH_VLLM:+/vllm-ascend} set for CANN '${CANN:-not found}'; see ./launch.sh doctor and" \
           "docs/devices.md, or install torch and torch_npu yourself and re-run"
       exit 1
     fi

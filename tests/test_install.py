@@ -81,8 +81,8 @@ def clean_env(**extra: str) -> dict:
 
 def install(venv: Path, **env: str) -> subprocess.CompletedProcess:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", "standin"],
-                   capture_output=True)
-    return subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=300,
+                   capture_output=True, check=False)
+    return subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=300, check=False,
                           env=clean_env(SWIFTBOX_VENV=str(venv), SWIFTBOX_TORCH_SPEC="standin==1.0.0",
                                         SWIFTBOX_INSTALL_ONLY="torch", **env))
 
@@ -127,7 +127,7 @@ def test_a_cuda_build_that_slips_in_fails_loudly_and_is_removed(indexes, venv):
 
 
 def dry(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=120,
+    return subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=120, check=False,
                           env=clean_env(SWIFTBOX_VENV=str(tmp_path / "none"), SWIFTBOX_INSTALL_DRY="1", **env))
 
 
@@ -152,6 +152,13 @@ def test_dry_run_on_an_npu_machine_installs_the_set_for_its_cann(tmp_path):
     assert res.returncode == 0, res.stderr
     line = next(line for line in res.stdout.splitlines() if " pip install " in line)
     assert line.endswith("torch==2.9.0 torch_npu==2.9.0")
+
+
+def test_dry_run_on_an_npu_machine_with_vllm_installs_the_vllm_ascend_release_set(tmp_path):
+    res = dry(tmp_path, SWIFTBOX_ACCEL="npu", SWIFTBOX_EXTRAS="npu,vllm,dev", SWIFTBOX_CANN_VERSION="8.5.1")
+    assert res.returncode == 0, res.stderr
+    line = next(line for line in res.stdout.splitlines() if " pip install " in line)
+    assert line.endswith("torch==2.9.0 torch_npu==2.9.0 vllm==0.19.1 vllm-ascend==0.19.1rc1 triton-ascend==3.2.0")
 
 
 def test_unknown_cann_stops_the_npu_install_with_a_reason(tmp_path):

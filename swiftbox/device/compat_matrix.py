@@ -11,6 +11,7 @@ as a script, because install.sh uses it before anything else is installed:
 
     python compat_matrix.py cann           -> the CANN version found on this machine (exit 1: none)
     python compat_matrix.py pins CANN      -> "torch==X torch_npu==Y" for that CANN (exit 1: unknown)
+    python compat_matrix.py pins CANN --vllm -> the whole vllm-ascend release set for that CANN
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def cann_version(files: list[str] | None = None) -> tuple[str | None, str]:
             text = Path(file).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        match = re.search(r"^\s*version\s*=\s*(\S+)", text, re.M)
+        match = re.search(r"^\s*version\s*=\s*(\S+)", text, re.MULTILINE)
         if match:
             return match.group(1), file
     return None, "no ascend_toolkit_install.info found (is CANN installed and set_env.sh sourced?)"
@@ -113,12 +114,27 @@ def npu_pins(cann: str | None, matrix: dict | None = None, torch: str | None = N
     """torch==X torch_npu==Y for a CANN version: the newest torch, or the row matching `torch`."""
     matrix = matrix or load()
     rows = [r for r in matrix["npu_torch"] if cann_key(r["cann"]) == cann_key(cann)]
+    if not rows:  # a CANN only vllm-ascend's table names (8.5.1, 9.0.1): the torch_npu its releases used
+        rows = [{"torch": r["torch"], "torch_npu": base(r["torch_npu"])} for r in matrix["npu_vllm"]
+                if cann_key(r["cann"]) == cann_key(cann)]
     if torch:
         rows = [r for r in rows if base(r["torch"]) == base(torch)] or rows
     if not rows:
         return []
     row = max(rows, key=lambda r: release(r["torch"]))
     return [f"torch=={row['torch']}", f"torch_npu=={row['torch_npu']}"]
+
+
+def npu_vllm_pins(cann: str | None, matrix: dict | None = None) -> list[str]:
+    """The newest vllm-ascend release tested on `cann`: torch, torch_npu, vllm, vllm-ascend (, triton-ascend)."""
+    matrix = matrix or load()
+    rows = [r for r in matrix["npu_vllm"] if cann_key(r["cann"]) == cann_key(cann)]
+    if not rows:
+        return []
+    row = rows[0]  # the table lists the newest release first
+    pins = [f"torch=={row['torch']}", f"torch_npu=={base(row['torch_npu'])}", f"vllm=={row['vllm'][-1]}",
+            f"vllm-ascend=={row['vllm_ascend']}"]
+    return pins + ([f"triton-ascend=={row['triton_ascend']}"] if row.get("triton_ascend") else [])
 
 
 def _known_canns(matrix: dict) -> list[str]:
@@ -261,14 +277,14 @@ def main(argv: list[str]) -> int:
             return 1
         print(version)
         return 0
-    if argv[:1] == ["pins"] and len(argv) == 2:
-        pins = npu_pins(argv[1])
+    if argv[:1] == ["pins"] and len(argv) in (2, 3):
+        pins = npu_vllm_pins(argv[1]) if argv[2:] == ["--vllm"] else npu_pins(argv[1])
         if not pins:
             print(f"no torch/torch_npu set known for CANN {argv[1]!r}", file=sys.stderr)
             return 1
         print(" ".join(pins))
         return 0
-    print("usage: compat_matrix.py cann | pins CANN_VERSION", file=sys.stderr)
+    print("usage: compat_matrix.py cann | pins CANN_VERSION [--vllm]", file=sys.stderr)
     return 2
 
 

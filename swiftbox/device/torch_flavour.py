@@ -25,9 +25,9 @@ def flavour(version: str, requires: list[str] | None) -> str:
         return "rocm"
     for req in requires or ():
         name = req.strip().lower()
-        if name.startswith("nvidia-") or name.startswith("nvidia_"):
+        if name.startswith(("nvidia-", "nvidia_")):
             return "cuda"
-        if name.startswith("pytorch-triton-rocm") or name.startswith("rocm"):
+        if name.startswith(("pytorch-triton-rocm", "rocm")):
             return "rocm"
     return "cpu"
 
