@@ -7,7 +7,6 @@ out with that reason on the first screen instead of refusing after the questions
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional

@@ -13,7 +13,7 @@ from typing import Optional
 from menus import widgets
 from menus.builtins import not_built_reason
 from menus.device_info import DeviceProbe
-from menus.session import MenuSession
+from menus.session import MenuSession, quiet_libraries
 from menus.widgets import BACK, LiveText, ToMain
 from swiftbox.errors import SwiftboxError
 
@@ -60,6 +60,7 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
         print("swiftbox: the menu needs an interactive terminal; see ./launch.sh --help for commands",
               file=sys.stderr)
         return 2
+    quiet_libraries()
     session = session or MenuSession(probe=DeviceProbe())  # started after the first paint
     last = None
     while True:
