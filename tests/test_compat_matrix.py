@@ -156,3 +156,16 @@ def test_models_json():
     first = data["presets"][0]
     assert set(first["memory_gib"]) == {"full", "lora", "qlora", "infer"} and first["fits"]["qlora"] in (True, False)
     assert data["device"]["platform"] == "cpu"
+
+
+def test_torch_flavour_from_metadata():
+    from swiftbox.device.torch_flavour import flavour
+
+    assert flavour("2.13.0+cpu", []) == "cpu"
+    assert flavour("2.13.0+cu128", []) == "cuda"
+    assert flavour("2.13.0+rocm6.4", []) == "rocm"
+    # PyPI's plain version is the CUDA build: its requirements say so (torch 2.14.1's METADATA)
+    cuda_reqs = ['cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',
+                 'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']
+    assert flavour("2.14.1", cuda_reqs) == "cuda"
+    assert flavour("2.14.1", ["filelock", "sympy>=1.13.3"]) == "cpu"

@@ -2,8 +2,8 @@
 
 Standard library only and runnable as a script, because install.sh calls it before swiftbox's own
 dependencies exist. It never imports torch: the answer comes from the distribution's metadata (the
-local version label `+cpu` / `+cu128` / `+rocm6.3` and the `nvidia-*` requirements a CUDA wheel
-carries), so it is quick and works for any stand-in package a test builds.
+local version label `+cpu` / `+cu128` / `+rocm6.3` and the `nvidia-*` / `cuda-toolkit` requirements a
+CUDA wheel carries), so it is quick and works for any stand-in package a test builds.
 
     python torch_flavour.py installed torch         -> "cpu 2.13.0+cpu" | "cuda 2.13.0" | "missing -"
     python torch_flavour.py report pip-report.json  -> the same for the wheel a `pip install --dry-run
@@ -25,7 +25,7 @@ def flavour(version: str, requires: list[str] | None) -> str:
         return "rocm"
     for req in requires or ():
         name = req.strip().lower()
-        if name.startswith(("nvidia-", "nvidia_")):
+        if name.startswith(("nvidia-", "nvidia_", "cuda-toolkit", "cuda-bindings")):
             return "cuda"
         if name.startswith(("pytorch-triton-rocm", "rocm")):
             return "rocm"
