@@ -83,7 +83,8 @@ cpu_torch_source() {
 
 # 1. torch first, then pin it: nothing later may replace it (a CPU box must never get a CUDA torch,
 #    an accelerator image keeps the torch its vendor built: torch_npu and vLLM pair with it).
-read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG")
+read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
+HAVE_FLAVOUR="${HAVE_FLAVOUR:-missing}"
 INSTALLED_TORCH=""
 if [ "$HAVE_FLAVOUR" = missing ]; then
   if [ "$ACCEL" = cpu ]; then
@@ -111,7 +112,11 @@ if [ "$HAVE_FLAVOUR" = missing ]; then
   INSTALLED_TORCH=1
 fi
 if [ -n "$DRY" ]; then say "dry run: stopping before the checks"; exit 0; fi
-read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG")
+read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
+if [ "${HAVE_FLAVOUR:-missing}" = missing ]; then
+  say "ERROR: $TORCH_PKG is not installed in $VENV after the install step; see the pip output above"
+  exit 1
+fi
 if [ "$ACCEL" = cpu ] && [ "$HAVE_FLAVOUR" != cpu ]; then
   if [ -n "$INSTALLED_TORCH" ]; then
     run "$VPY" -m pip uninstall -y -q "$TORCH_PKG" || true
