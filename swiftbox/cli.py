@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("swiftbox: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `./launch.sh models | head` closed the pipe early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 def dispatch(args: argparse.Namespace) -> int:

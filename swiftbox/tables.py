@@ -6,6 +6,7 @@ Every command that prints a table also has `--json`; the table is for people, th
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import IO, Any
 
@@ -22,13 +23,22 @@ def is_terminal(stream: IO | None = None) -> bool:
 
 
 def console(stream: IO | None = None):
-    """A rich Console for `stream` (stdout): terminal width on a terminal, unlimited width otherwise."""
+    """A rich Console for `stream` (stdout): terminal width on a terminal, unlimited width otherwise.
+
+    A reader that stops early (`| head`) is not an error: the rest is dropped and the exit code is 0,
+    the same as the CLI's own BrokenPipeError handling (rich's default would exit 1)."""
     from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0)
 
     stream = stream or sys.stdout
     if is_terminal(stream):
-        return Console(file=stream)
-    return Console(file=stream, width=PIPE_WIDTH, color_system=None, soft_wrap=True)
+        return PipeConsole(file=stream)
+    return PipeConsole(file=stream, width=PIPE_WIDTH, color_system=None, soft_wrap=True)
 
 
 def print_json(data: Any, stream: IO | None = None) -> None:

@@ -169,3 +169,19 @@ def test_torch_flavour_from_metadata():
                  'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']
     assert flavour("2.14.1", cuda_reqs) == "cuda"
     assert flavour("2.14.1", ["filelock", "sympy>=1.13.3"]) == "cpu"
+
+
+@pytest.mark.parametrize("args", [["models"], ["models", "--json"]])
+def test_a_reader_that_leaves_early_is_not_an_error(args):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.Popen([sys.executable, "-m", "swiftbox", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdout.close()  # like `| head` that has already gone: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
