@@ -34,6 +34,7 @@ def installed_versions() -> dict[str, str | None]:
 def collect(device: str | None = None, versions: dict | None = None) -> dict:
     from swiftbox.device import current_platform, detect, unavailable_reasons
     from swiftbox.device.compat_matrix import check
+    from swiftbox.device.npu import npu_import_error
 
     platform = current_platform(device)
     count = platform.device_count()
@@ -45,7 +46,7 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
                         "free_gib": round(mem.free_bytes / 2**30, 2) if mem.free_bytes else None})
     versions = versions if versions is not None else installed_versions()
     findings = check(versions, platform.name)
-    return {
+    info = {
         "platform": platform.name,
         "detected": detect(),
         "unavailable": unavailable_reasons(),
@@ -61,6 +62,9 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
+    if npu_import_error():
+        info["torch_npu_error"] = npu_import_error()
+    return info
 
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "error": "red", "unknown": "yellow"}
