@@ -11,26 +11,24 @@ import sys
 from typing import Optional
 
 from menus import widgets
-from menus.builtins import not_built_reason
 from menus.device_info import DeviceProbe
-from menus.session import MenuSession, quiet_libraries
+from menus.session import MenuSession
 from menus.widgets import BACK, LiveText, ToMain
 from swiftbox.errors import SwiftboxError
 
-ITEMS = [  # (value, title, pipeline it needs)
-    ("download", "Download a model", "download"),
-    ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)", "sft"),
-    ("dpo", "Align (DPO)", "dpo"),
-    ("chat", "Chat with a model", "chat"),
-    ("eval", "Evaluate", "eval"),
-    ("merge", "Merge adapter", "merge"),
-    ("quantize", "Quantize", "quantize"),
-    ("serve", "Serve (OpenAI API)", "serve"),
-    ("recipe", "Run a recipe", None),
-    ("doctor", "Device & environment (doctor)", None),
-    ("quit", "Quit", None),
+ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no pydantic schema
+    ("download", "Download a model"),
+    ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)"),
+    ("dpo", "Align (DPO)"),
+    ("chat", "Chat with a model"),
+    ("eval", "Evaluate"),
+    ("merge", "Merge adapter"),
+    ("quantize", "Quantize"),
+    ("serve", "Serve (OpenAI API)"),
+    ("recipe", "Run a recipe"),
+    ("doctor", "Device & environment (doctor)"),
+    ("quit", "Quit"),
 ]
-TITLES = {value: title for value, title, _ in ITEMS}
 
 # what to offer after a step finished: (next step, title); merge only when the output is an adapter
 NEXT = {
@@ -48,11 +46,7 @@ def header(session: MenuSession) -> str:
 
 
 def main_choices() -> list:
-    choices = []
-    for value, title, needs in ITEMS:
-        missing = not_built_reason(needs) if needs else None
-        choices.append(widgets.choice(f"{title}  (not built yet)" if missing else title, value))
-    return choices
+    return [widgets.choice(title, value) for value, title in ITEMS]
 
 
 def run_menu(session: Optional[MenuSession] = None) -> int:
@@ -60,7 +54,6 @@ def run_menu(session: Optional[MenuSession] = None) -> int:
         print("swiftbox: the menu needs an interactive terminal; see ./launch.sh --help for commands",
               file=sys.stderr)
         return 2
-    quiet_libraries()
     session = session or MenuSession(probe=DeviceProbe())  # started after the first paint
     last = None
     while True:
@@ -105,10 +98,6 @@ def dispatch(session: MenuSession, action: str) -> None:
 def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
     from menus.flows import FLOWS, refusal, run_flow
 
-    reason = not_built_reason(kind)
-    if reason:
-        session.echo(f"  {TITLES.get(kind, kind)}: {reason}. Nothing was run.")
-        return
     reason = refusal(session, FLOWS[kind], carry)
     if reason:
         session.echo(f"  {TITLES.get(kind, kind)}: {reason}. Nothing was asked.")
@@ -138,7 +127,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     for step, title in options:
         if step == "merge" and not is_adapter:
             continue
-        why = (not_built_reason(step) and "not built yet") or (step in FLOWS and refusal(session, FLOWS[step], output))
+        why = step in FLOWS and refusal(session, FLOWS[step], output)
         choices.append(widgets.choice(f"{title}  ({output})", step, disabled=why or None))
     choices.append(widgets.choice("Back to the main menu", BACK))
     answer = widgets.select(f"{kind} finished. Next?", choices)

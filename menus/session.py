@@ -7,18 +7,6 @@ from typing import Callable, Optional
 
 from menus.device_info import DeviceProbe
 
-# library loggers whose import-time chatter lands on top of the menu: torchao's optional-kernel load
-# failures ("Failed to load .../_C_mxfp8...so") and torch's pytree Enum deprecation notices torchao triggers
-NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
-def quiet_libraries() -> None:
-    """Raise the noisy import-time loggers to ERROR (real errors still show). Cheap: no library is imported."""
-    import logging
-
-    for name in NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-
 
 def run_with_runner(recipe: dict, runs_root: Optional[str]) -> dict:
     """The same runner as `./launch.sh run`; imported only now (it resolves the platform, torch)."""

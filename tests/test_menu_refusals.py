@@ -127,20 +127,3 @@ def test_next_step_greys_what_the_device_refuses(tmp_path, monkeypatch):
     offered = {value: disabled for _title, value, disabled in screens[0]}
     assert "gptq is not available" in offered["quantize"]
     assert offered["serve"] is None and offered[BACK] is None
-
-
-@pytest.mark.slow  # imports torch + torchao in a child: ~15-25 s on a busy 2-core box
-def test_no_torchao_or_pytree_noise_once_the_menu_quiets_the_libraries():
-    """torchao's import prints optional-kernel load failures and triggers torch's pytree Enum deprecation;
-    quiet_libraries() silences exactly those loggers (and the test fails if the libraries rename them)."""
-    import subprocess
-    import sys
-
-    pytest.importorskip("torchao")
-    code = ("from menus.session import quiet_libraries, NOISY_LOGGERS; quiet_libraries(); import torchao; "
-            "import torch.utils._pytree as p; print(sorted(NOISY_LOGGERS) == sorted([torchao.logger.name, p.log.name]))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
-    assert res.returncode == 0 and res.stdout.strip() == "True", res.stdout + res.stderr
-    assert "Failed to load" not in res.stderr
-    assert "register_constant" not in res.stderr

@@ -6,35 +6,27 @@ sets in compat_matrix.json (with the pip command that fixes a mismatch). `--json
 from __future__ import annotations
 
 import os
-from importlib import metadata
+
+from swiftbox.device.base import Platform
+from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
              "vllm", "vllm_ascend", "triton_ascend", "flash_attn", "deepspeed", "modelscope", "huggingface_hub",
              "fastapi", "uvicorn")
 
 
-def _version(pkg: str) -> str | None:
-    for name in (pkg, pkg.replace("_", "-")):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def installed_versions() -> dict[str, str | None]:
     """Package -> installed version (None: not installed), plus "cann" / "cann_where" for the toolkit."""
     from swiftbox.device.compat_matrix import cann_version
 
-    versions: dict[str, str | None] = {lib: _version(lib) for lib in LIBRARIES}
+    versions: dict[str, str | None] = {lib: package_version(lib) for lib in LIBRARIES}
     versions["cann"], versions["cann_where"] = cann_version()
     return versions
 
 
 def collect(device: str | None = None, versions: dict | None = None) -> dict:
-    from swiftbox.device import current_platform, detect, unavailable_reasons
+    from swiftbox.device import broken_backends, current_platform, detect, unavailable_reasons
     from swiftbox.device.compat_matrix import check
-    from swiftbox.device.npu import npu_import_error
 
     platform = current_platform(device)
     count = platform.device_count()
@@ -55,16 +47,25 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "dtype": platform.default_dtype(),
         "dist_backend": platform.dist_backend,
         "capabilities": platform.capability_matrix(),
-        "versions": {k: v for k, v in versions.items() if k != "cann_where"},
+        "versions": {k: v or ("not found" if k == "cann" else "not installed")
+                     for k, v in versions.items() if k != "cann_where"},
         "cann_where": versions.get("cann_where"),
+        "runtime": _safe_versions(platform),
         "compatibility": [f.as_dict() for f in findings],
         "compatible": not any(f.status == "error" for f in findings),
         "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
-    if npu_import_error():
-        info["torch_npu_error"] = npu_import_error()
+    if "npu" in broken_backends():
+        info["torch_npu_error"] = broken_backends()["npu"]
     return info
+
+
+def _safe_versions(platform: Platform) -> dict[str, str]:
+    try:
+        return platform.versions()
+    except Exception as exc:  # a half-installed runtime must not break the report about it
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "error": "red", "unknown": "yellow"}
@@ -98,8 +99,8 @@ def doctor(as_json: bool = False, device: str | None = None, versions: dict | No
     libs = Table(title="libraries", title_justify="left")
     libs.add_column("package")
     libs.add_column("version")
-    for lib, version in info["versions"].items():
-        libs.add_row(lib, version or ("not found" if lib == "cann" else "not installed"))
+    for lib, version in {**info["versions"], **info["runtime"]}.items():
+        libs.add_row(lib, escape(str(version)))
     console.print(libs)
     if info["cann_where"] and info["versions"].get("cann"):
         console.print(f"  CANN {info['versions']['cann']} (from {escape(info['cann_where'])})")
