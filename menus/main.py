@@ -100,7 +100,7 @@ def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
 
     reason = refusal(session, FLOWS[kind], carry)
     if reason:
-        session.echo(f"  {TITLES.get(kind, kind)}: {reason}. Nothing was asked.")
+        session.echo(f"  {dict(ITEMS).get(kind, kind)}: {reason}. Nothing was asked.")
         return
     outcome = run_flow(session, FLOWS[kind], carry)
     if outcome is not BACK and outcome.last_output:

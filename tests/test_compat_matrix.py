@@ -28,7 +28,8 @@ def test_every_row_names_a_source_that_exists_and_the_sources_say_where_they_are
     for source in MATRIX["sources"].values():
         assert source.get("url") or (source.get("repo") and source.get("path")), source
     # the newest vllm-ascend final release and the torch_npu rows it relies on are present
-    assert {"vllm_ascend": "0.23.0", "cann": "9.1.0", "torch_npu": "2.10.0.post4"}.items() <= MATRIX["npu_vllm"][0].items()
+    newest = MATRIX["npu_vllm"][0]
+    assert {"vllm_ascend": "0.23.0", "cann": "9.1.0", "torch_npu": "2.10.0.post4"}.items() <= newest.items()
     assert any(r["torch_npu"] == "2.10.0.post4" and r["cann"] == "9.1.0" for r in MATRIX["npu_torch"])
 
 

@@ -187,7 +187,8 @@ def _check_vllm_ascend(v: dict, matrix: dict) -> list[Finding]:
         if vllm is None:
             return []
         rows = [r for r in matrix["npu_vllm"] if base(vllm) in map(base, r["vllm"])]
-        fix = _pip(f"vllm-ascend=={rows[0]['vllm_ascend']}") if rows else "install the vllm-ascend release for your vllm"
+        fix = (_pip(f"vllm-ascend=={rows[0]['vllm_ascend']}") if rows
+               else "install the vllm-ascend release for your vllm")
         return [Finding("error", "vllm_ascend", f"vllm {vllm} is installed without vllm-ascend: it cannot use the NPU",
                         fix, "vllm-ascend")]
     rows = [r for r in matrix["npu_vllm"] if base(r["vllm_ascend"]) == base(va)]
