@@ -10,7 +10,7 @@ import time
 import pytest
 import questionary
 
-from menus import artifacts, builtins, main
+from menus import artifacts, main
 from menus.device_info import DeviceFacts
 from menus.flows import FLOWS, run_flow
 from menus.widgets import BACK
@@ -23,11 +23,10 @@ GPTQ_OK = DeviceFacts(**{**FACTS.__dict__, "refusals": {}})
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch):
-    from menus import registry
+    from swiftbox.modeling import registry
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(registry, "_registry", lambda: None)
-    monkeypatch.setattr(builtins, "is_built", lambda kind: True)
+    monkeypatch.setattr(registry, "PRESETS", ())  # model lists: toy + Other (as in test_menu.py)
 
 
 def quickstart_runs(runs) -> dict:
