@@ -22,6 +22,26 @@ class Flow:
     title: str                                         # main-menu title
     questions: Callable[[MenuSession], list]           # [(key, ask(state)), ...]
     step: Callable[[dict], dict]                       # answers -> the step's settings
+    needs: tuple[str, ...] = ()                        # device features without which the task cannot run
+
+
+def refusal(session: MenuSession, flow: Flow, carry: Optional[str] = None) -> Optional[str]:
+    """Why `flow` cannot run here at all (a device capability, or a carried input it cannot take), before
+    any question is asked; None when it can."""
+    from menus import artifacts
+
+    if flow.needs:
+        facts = session.probe.facts()
+        for feature in flow.needs:
+            why = facts.why_not(feature) if facts else None
+            if why:
+                return f"{feature} is not available on this {facts.name}: {why}"
+    if carry:
+        found = artifacts.describe(carry)
+        why = artifacts.refusal(found, flow.kind) if found else None
+        if why:
+            return f"{carry}: {why}"
+    return None
 
 
 def build_recipe(session: MenuSession, flow: Flow, state: dict) -> dict:
@@ -66,7 +86,7 @@ def _train_settings(kind: str, state: dict, extra: dict) -> dict:
 
 SFT = Flow(
     "sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)",
-    lambda s: [("model", q.model(s, "Model to fine-tune:", types=("model",))),
+    lambda s: [("model", q.model(s, "Model to fine-tune:", types=("model",), task="sft")),
                ("dataset", q.dataset(s, "sft")),
                ("method", q.method(s, "sft")),
                ("rank", q.lora_rank("sft")),
@@ -77,7 +97,7 @@ SFT = Flow(
 
 DPO = Flow(
     "dpo", "Align (DPO)",
-    lambda s: [("model", q.model(s, "Model or SFT adapter to align:")),
+    lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task="dpo")),
                ("dataset", q.dataset(s, "dpo", "Preference data (prompt / chosen / rejected):")),
                ("method", q.method(s, "dpo")),
                ("rank", q.lora_rank("dpo")),
@@ -165,7 +185,7 @@ def _merge_base(state: dict):
 
 MERGE = Flow(
     "merge", "Merge adapter",
-    lambda s: [("model", q.model(s, "Adapter to merge:", types=("adapter",), presets=False)),
+    lambda s: [("model", q.model(s, "Adapter to merge:", types=("adapter",), presets=False, task="merge")),
                ("base", _merge_base),
                ("output", q.output(s, "merge"))],
     lambda st: _clean({"base": st.get("base")}),
@@ -196,13 +216,14 @@ def _quantize_bits(state: dict):
 
 QUANTIZE = Flow(
     "quantize", "Quantize",
-    lambda s: [("model", q.model(s, "Model to quantize:", types=("model",))),
+    lambda s: [("model", q.model(s, "Model to quantize:", types=("model",), task="quantize")),
                ("method", _quantize_method(s)),
                ("bits", _quantize_bits),
                ("dataset", q.dataset(s, "sft", "Calibration data:",
                                      optional="the data this model was trained on (from its manifest)")),
                ("output", q.output(s, "quantize"))],
     lambda st: _clean({"method": st["method"], "bits": st["bits"], "dataset": st.get("dataset")}),
+    needs=("gptq",),
 )
 
 DOWNLOAD = Flow(

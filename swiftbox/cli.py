@@ -110,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None)
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -132,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
 
     sub.add_parser("menu", help="the interactive menu (same as no command)")
-    sub.add_parser("models", help="list the model presets")
+    p = sub.add_parser("models", help="list the model presets")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("parity", help="compare the logits of two models on a probe set")
     p.add_argument("a")
@@ -193,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("swiftbox: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `./launch.sh models | head` closed the pipe early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -209,7 +215,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from swiftbox.runner import run_recipe
 
         summary = run_recipe(recipe, args.overrides, runs_root=args.runs_root)
-        print_summary(summary)
+        print_summary(summary, as_json=args.json)
         return 0
     if command == "doctor":
         from swiftbox.device.doctor import doctor
@@ -224,7 +230,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "models":
         from swiftbox.modeling.registry import print_models
 
-        return print_models()
+        return print_models(as_json=args.json)
     if command == "parity":
         from swiftbox.parity import parity_cli
 

@@ -59,6 +59,7 @@ def test_broken_torch_npu_falls_back_to_cpu(tmp_path):
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["platform"] == "cpu" and "libascendcl" in info["torch_npu_error"]
+    assert "libascendcl" in info["unavailable"]["npu"]  # the reason is shown, not dropped
     assert "torch_npu is installed but unusable" in out.stderr
     out = run_cli("doctor", "--device", "npu", env=env)
     assert out.returncode == 3 and "libascendcl" in out.stderr and "Traceback" not in out.stderr

@@ -74,6 +74,11 @@ class Platform:
         """True when this backend can run here. Must never raise nor initialise the runtime."""
         raise NotImplementedError
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why `is_available()` says no, in one line (None when it says yes or has nothing to add)."""
+        return None
+
     # -- devices ---------------------------------------------------------------------------
     def device_count(self) -> int:
         return 1

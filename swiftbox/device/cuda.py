@@ -1,6 +1,8 @@
 """NVIDIA CUDA platform: nccl, CUDA_VISIBLE_DEVICES, bf16 from compute capability 8.0 (Ampere) on."""
 from __future__ import annotations
 
+import os
+
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
 
 FP8_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have FP8 tensor cores
@@ -23,6 +25,22 @@ class CudaPlatform(Platform):
             return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
         except Exception:  # a broken driver must mean "not available", never a crash
             return False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import torch
+
+            if torch.version.cuda is None:
+                return f"torch {torch.__version__} is not a CUDA build"
+            if not torch.cuda.is_available():
+                return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU: driver missing or "
+                        f"too old, or CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
+            if torch.cuda.device_count() == 0:
+                return "no CUDA device visible"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return None
 
     def device_count(self) -> int:
         import torch

@@ -92,6 +92,17 @@ class NpuPlatform(Platform):
             _IMPORT_ERROR = f"torch.npu.is_available() failed: {exc}"[:200]
             return False
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            if importlib.util.find_spec("torch_npu") is None:
+                return "torch_npu is not installed"
+        except (ImportError, ValueError) as exc:
+            return f"torch_npu cannot be located: {exc}"
+        if cls.is_available():
+            return None
+        return npu_import_error() or "torch_npu imported but torch.npu.is_available() is False (no device visible?)"
+
     def device_count(self) -> int:
         import torch
 
