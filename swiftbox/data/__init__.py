@@ -21,7 +21,7 @@ from swiftbox.errors import UserError
 
 __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "tokenize_sft", "DPO_FORMATS", "SFT_FORMATS",
            "dpo_row", "sft_row", "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render",
-           "load_sft", "load_dpo", "load_eval", "load_texts"]
+           "use_chat_template", "load_sft", "load_dpo", "load_eval", "load_texts"]
 
 Dataset = Union[str, list[str]]
 
@@ -37,6 +37,16 @@ def _normalise(rows, convert, formats: Iterable[str], kind: str) -> list:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise UserError(f"dataset {path}: row {no}: {exc}") from None
     return out
+
+
+def use_chat_template(tokenizer, path: Optional[str]) -> None:
+    """Replace the tokenizer's chat template with the Jinja file at `path` (saved with the artifact)."""
+    if not path:
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise UserError(f"chat_template {path}: file not found; expected a Jinja (.jinja) chat template file")
+    tokenizer.chat_template = file.read_text(encoding="utf-8")
 
 
 def load_sft(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:

@@ -89,7 +89,7 @@ def _message(m: dict, what: str) -> dict:
         raise ValueError(f"each of {what} needs 'role' and 'content'")
     role = m["role"]
     if role == "tool_call":
-        return {"role": "assistant", "content": "", "tool_calls": _calls(m.get("content"))}
+        return {"role": "assistant", "content": None, "tool_calls": _calls(m.get("content"))}
     if role == "tool_response":
         role = "tool"
     if role not in ROLES:
@@ -98,7 +98,7 @@ def _message(m: dict, what: str) -> dict:
     if "content" not in m and not calls:
         raise ValueError(f"each of {what} needs 'role' and 'content'")
     content = m.get("content")
-    out = {"role": role, "content": "" if content is None and calls else _text(content, f"{what} content")}
+    out = {"role": role, "content": None if content in (None, "") and calls else _text(content, f"{what} content")}
     if calls and role == "assistant":
         out["tool_calls"] = _calls(calls)
     for key in ("tool_call_id", "name", "reasoning_content"):
@@ -149,7 +149,7 @@ def _sharegpt_turn(turn) -> dict:
     if role is None:
         raise ValueError(f"unknown speaker {turn['from']!r}; expected one of {', '.join(SHAREGPT_ROLES)}")
     if role == "tool_call":
-        return {"role": "assistant", "content": "", "tool_calls": _calls(turn["value"])}
+        return {"role": "assistant", "content": None, "tool_calls": _calls(turn["value"])}
     return {"role": role, "content": _text(turn["value"], "conversations value")}
 
 

@@ -73,11 +73,13 @@ def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, gen
     try:
         return tokenizer.apply_chat_template(msgs, **kwargs)
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
-        if any(m.get("tool_calls") for m in msgs):
-            try:
-                return tokenizer.apply_chat_template(_string_arguments(msgs), **kwargs)
-            except Exception:  # noqa: BLE001
-                pass
+        if any(m.get("tool_calls") for m in msgs):    # templates disagree on arguments (object/string), content (None/"")
+            blank = [dict(m, content="") if m.get("content") is None else m for m in msgs]
+            for variant in (_string_arguments(msgs), blank, _string_arguments(blank)):
+                try:
+                    return tokenizer.apply_chat_template(variant, **kwargs)
+                except Exception:  # noqa: BLE001
+                    continue
         reason = str(first).splitlines()[0] if str(first) else type(first).__name__
         raise UserError(f"the chat template of {template_name(tokenizer)} rejected a conversation ({reason}); "
                         f"check the roles/order the model accepts or give chat_template: a .jinja file") from None
@@ -223,13 +225,33 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
 
 
 def _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw) -> int:
+    """Back to the end of the assistant header; for templates without one (Mistral: the reply follows
+    [/INST]), back to the end of the preceding user turn's closing text."""
     head = header(tokenizer, messages[:i], tools, **kw)
     region = text[prev_end:start]
     for n in range(len(head), 0, -1):
         at = region.rfind(head[:n])
         if at >= 0:
             return prev_end + at + n
+    if head or i == 0 or messages[i - 1]["role"] != "user" or not messages[i - 1].get("content"):
+        return start
+    user_start, user_end = _diff(text, render(tokenizer, messages[:i - 1] + [_altered(messages[i - 1])]
+                                              + messages[i:], tools, **kw))
+    closing = _user_closing(tokenizer, **kw)
+    if closing and prev_end <= user_end <= start and text.startswith(closing, user_end):
+        return user_end + len(closing)
     return start
+
+
+def _user_closing(tokenizer, **kw) -> str:
+    """What a template writes between a user turn's text and the reply when it has no assistant header."""
+    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
+    try:
+        text = render(tokenizer, probe, **kw)
+    except UserError:
+        return ""
+    a, b = text.rfind("PING"), text.rfind("PONG")
+    return text[a + 4:b] if 0 <= a < b else ""
 
 
 def _widen_end(text: str, end: int, eot: str, later: list[dict]) -> int:
