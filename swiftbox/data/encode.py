@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from swiftbox.data.render import Span, locate, render
+from swiftbox.data.render import Span, locate, payload_texts, render
 from swiftbox.errors import UserError
 
 IGNORE = -100
@@ -148,7 +148,7 @@ def dpo_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict
         prompt = render(tokenizer, row["prompt"], tools, generation_prompt=True)
         chosen = completion_text(tokenizer, row["prompt"], row["chosen"], tools)
         rejected = completion_text(tokenizer, row["prompt"], row["rejected"], tools)
-        if not chosen.strip() or not rejected.strip():
+        if not all(any(p.strip() for m in row[k] for p in payload_texts(m)) for k in ("chosen", "rejected")):
             counts.dropped += 1
             continue
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]

@@ -135,7 +135,7 @@ def _altered(message: dict) -> dict:
     return m
 
 
-def _payload_texts(message: dict) -> list[str]:
+def payload_texts(message: dict) -> list[str]:
     texts = [message.get("content") or "", message.get("reasoning_content") or ""]
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
@@ -211,7 +211,7 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
         alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
         start, end = _diff(text, alt)
         if start >= end:
-            if not _payload_texts(messages[i]):
+            if not payload_texts(messages[i]):
                 continue    # an empty reply: nothing to train
             raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls)")
         start = _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw)
@@ -267,7 +267,7 @@ def _widen_end(text: str, end: int, eot: str, later: list[dict]) -> int:
 
 
 def _check_foreign(tokenizer, messages, i, span_text: str) -> None:
-    own = _payload_texts(messages[i])
+    own = payload_texts(messages[i])
     for j, m in enumerate(messages):
         content = m.get("content") or ""
         if j == i or len(content.strip()) < MIN_FOREIGN or not isinstance(content, str):
