@@ -115,9 +115,11 @@ def test_labels_cover_only_assistant_tokens(toy_dir):
     (row,), counts = data.tokenize_sft([{"messages": long}], tok, 24)
     assert counts.truncated == 1 and counts.dropped == 0 and len(row["input_ids"]) == 24 < len(full.input_ids)
     assert tok.decode(row["input_ids"]).startswith(tok.decode(full.input_ids[:full.head]))
-    assert "Be brief." in tok.decode(row["input_ids"]) and tok.decode([t for t in row["labels"] if t != -100]).endswith("no<|im_end|>")
+    assert "Be brief." in tok.decode(row["input_ids"])
+    assert tok.decode([t for t in row["labels"] if t != -100]).endswith("no<|im_end|>")
     # a reply that alone exceeds max_length is the only reason to drop a row
-    rows, counts = data.tokenize_sft([{"messages": [USER_Q, {"role": "assistant", "content": " ".join(map(str, range(99)))}]}],
+    numbers = " ".join(map(str, range(99)))
+    rows, counts = data.tokenize_sft([{"messages": [USER_Q, {"role": "assistant", "content": numbers}]}],
                                      tok, 16)
     assert rows == [] and counts.dropped == 1
 
@@ -175,7 +177,8 @@ NORMAL_CALL = [{"type": "function", "function": CALL}]
                   {"role": "assistant", "content": None, "tool_calls": [
                       {"id": "c1", "type": "function", "function": {"name": "get_weather",
                                                                      "arguments": json.dumps({"city": "Paris"})}}]},
-                  {"role": "tool", "content": "21", "tool_call_id": "c1"}, {"role": "assistant", "content": "21 degrees."}],
+                  {"role": "tool", "content": "21", "tool_call_id": "c1"},
+                  {"role": "assistant", "content": "21 degrees."}],
      "tools": [{"type": "function", "function": TOOLS[0]}]},                         # OpenAI
 ])
 def test_tool_calling_formats_normalise_alike(tmp_path, row):

@@ -39,8 +39,9 @@ TURNS = [{"role": "user", "content": "Hi there."}, {"role": "assistant", "conten
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 TOOL_TURNS = [{"role": "user", "content": "Weather in Paris?"},
-              {"role": "assistant", "content": None, "tool_calls": [{"id": "call12345", "type": "function", "function": {
-                  "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "call12345", "type": "function",
+                                                                      "function": {"name": "get_weather",
+                                                                                   "arguments": {"city": "Paris"}}}]},
               {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": '{"temp": 21}'},
               {"role": "assistant", "content": "It is 21 degrees."}]
 NAMES = sorted(EOT)
@@ -82,7 +83,8 @@ def test_every_preset_family_has_a_fixture():
     for family in families:
         if family in covered:
             assert any(n.startswith(covered[family]) for n in NAMES), family
-    assert {"google-gemma-2-2b-it", "microsoft-Phi-3.5-mini-instruct", "mistralai-Mistral-Nemo-Instruct-2407"} <= set(NAMES)
+    others = {"google-gemma-2-2b-it", "microsoft-Phi-3.5-mini-instruct", "mistralai-Mistral-Nemo-Instruct-2407"}
+    assert others <= set(NAMES)
     assert (TEMPLATES / "README.md").read_text().count("|") > len(NAMES)
 
 

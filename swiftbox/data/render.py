@@ -73,7 +73,7 @@ def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, gen
     try:
         return tokenizer.apply_chat_template(msgs, **kwargs)
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
-        if any(m.get("tool_calls") for m in msgs):    # templates disagree on arguments (object/string), content (None/"")
+        if any(m.get("tool_calls") for m in msgs):    # templates disagree: arguments object/string, content None/""
             blank = [dict(m, content="") if m.get("content") is None else m for m in msgs]
             for variant in (_string_arguments(msgs), blank, _string_arguments(blank)):
                 try:

@@ -3,7 +3,8 @@
 Flow: check the method is possible here -> read the preference pairs (any accepted format) -> load the
 model: a base model gets a fresh LoRA/DoRA adapter; an SFT adapter artifact is continued (loaded
 trainable) -> swiftbox splits each pair itself (prompt = the generation prompt, chosen/rejected = only the
-replies as the template renders them; long prompts cut from the left) -> DPOTrainer on those strings. The reference policy is a frozen copy of the starting point: TRL
+replies as the template renders them; long prompts cut from the left) -> DPOTrainer on those strings.
+The reference policy is a frozen copy of the starting point: TRL
 copies a pretrained "default" adapter into a "ref" adapter, so after SFT the reference is the SFT policy,
 not the raw base. `ref_adapter:` replaces that copy with another adapter. Full fine-tuning keeps a frozen
 copy of the starting model as reference.

@@ -2,8 +2,9 @@
 
 The whole flow, top to bottom: check the method is possible here -> read and normalise the data ->
 load the model (adapter / 4-bit / full) -> tokenize with the chat template (loss exactly on the assistant
-replies as the template renders them, swiftbox.data.render) -> SFTTrainer with padding-free packing (each batch flattened into one sequence, position_ids
-restarting per sample so attention stays within each sample) -> save the adapter (or full model), the
+replies as the template renders them, swiftbox.data.render; long prompts cut from the left) -> SFTTrainer
+with padding-free packing (each batch flattened into one sequence, position_ids restarting per sample so
+attention stays within each sample) -> save the adapter (or full model), the
 loss curve and TensorBoard events into the step's work dir.
 """
 from __future__ import annotations
@@ -62,7 +63,8 @@ def run(cfg, ctx):
         metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
-    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated, train_seconds=round(seconds, 2),
+    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
+                   train_seconds=round(seconds, 2),
                    tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
                    total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
                    resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
