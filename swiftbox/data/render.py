@@ -171,9 +171,24 @@ def header(tokenizer, before: list[dict], tools, **kw) -> str:
     return with_prompt[p:]
 
 
+_PROBES: dict = {}
+
+
+def _memo(kind: str, tokenizer, kw: dict, compute) -> str:
+    """Per-template facts (end-of-turn marker, user closing text) computed once per tokenizer + template."""
+    key = (kind, id(tokenizer), getattr(tokenizer, "chat_template", None), tuple(sorted(kw.items())))
+    if key not in _PROBES:
+        _PROBES[key] = compute()
+    return _PROBES[key]
+
+
 def end_of_turn(tokenizer, **kw) -> str:
     """The marker the template writes right after a reply (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>, ...);
     '' for templates that write none (GLM-4, Baichuan2)."""
+    return _memo("eot", tokenizer, kw, lambda: _end_of_turn(tokenizer, **kw))
+
+
+def _end_of_turn(tokenizer, **kw) -> str:
     probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
     try:
         text = render(tokenizer, probe, **kw)
@@ -245,6 +260,10 @@ def _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw) -> 
 
 def _user_closing(tokenizer, **kw) -> str:
     """What a template writes between a user turn's text and the reply when it has no assistant header."""
+    return _memo("closing", tokenizer, kw, lambda: _closing(tokenizer, **kw))
+
+
+def _closing(tokenizer, **kw) -> str:
     probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
     try:
         text = render(tokenizer, probe, **kw)
