@@ -107,13 +107,14 @@ def test_tool_calling_sft_then_served_tool_calls(tmp_path):
 
     path = tmp_path / "tools.jsonl"
     path.write_text("".join(json.dumps(TOOL_ROW) + "\n" for _ in range(16)))
-    common = {"dataset": str(path), "batch_size": 8, "save_steps": 1000, "logging_steps": 1,
-              "chat_template": TEMPLATES + "Qwen-Qwen2.5-7B-Instruct.jinja", "max_length": 512}
+    common = {"dataset": str(path), "batch_size": 4, "save_steps": 1000, "logging_steps": 1,
+              "chat_template": TEMPLATES + "Qwen-Qwen2.5-7B-Instruct.jinja", "max_length": 1024}
     lora = run_recipe({"name": "lora", "model": "toy", "steps": [{"sft": {**common, "max_steps": 8,
                                                                          "learning_rate": 5e-3}}]},
                       runs_root=tmp_path, log=lambda m: None)["steps"][0]
     assert lora["ok"] and lora["metrics"]["loss_last"] < lora["metrics"]["loss_first"]
-    full = run_recipe({"name": "full", "model": "toy", "steps": [{"sft": {**common, "method": "full", "max_steps": 80,
+    assert lora["metrics"]["truncated_rows"] == 0          # the prompt trained on is the prompt served
+    full = run_recipe({"name": "full", "model": "toy", "steps": [{"sft": {**common, "method": "full", "max_steps": 60,
                                                                          "learning_rate": 2e-3,
                                                                          "lr_scheduler": "constant"}}]},
                       runs_root=tmp_path, log=lambda m: None)["steps"][0]
