@@ -123,13 +123,13 @@ def test_tool_calling_sft_then_served_tool_calls(tmp_path):
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
         r = client.chat.completions.create(model=names.base, messages=TOOL_ROW["messages"][:1], tools=[WEATHER],
-                                           max_tokens=48, temperature=0)
+                                           max_tokens=160, temperature=0)
         choice = r.choices[0]
         assert choice.finish_reason == "tool_calls", choice.message.content
         (call,) = choice.message.tool_calls
         assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
         stream = client.chat.completions.create(model=names.base, messages=TOOL_ROW["messages"][:1], tools=[WEATHER],
-                                                max_tokens=48, temperature=0, stream=True)
+                                                max_tokens=160, temperature=0, stream=True)
         deltas = [c.choices[0].delta for c in stream if c.choices]
         calls = [tc for d in deltas for tc in (d.tool_calls or [])]
         assert calls and calls[0].function.name == "get_weather"
