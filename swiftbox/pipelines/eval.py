@@ -14,20 +14,25 @@ import json
 import math
 import string
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import EvalStep
 
-PRODUCES_MODEL = False
 MAX_CHOICES = 8          # distinct references at or below this count get a choice_accuracy
 PPL_WINDOW = 1024
 
 
-def run(cfg, ctx):
+def check(cfg: EvalStep, platform: Platform) -> None:
+    if not cfg.dataset and not cfg.perplexity:
+        raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or "
+                        "perplexity: (text)")
+
+
+def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
     from swiftbox import data
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-    from swiftbox.pipelines.base import StepResult
 
-    if not cfg.dataset and not cfg.perplexity:
-        raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or perplexity: (text)")
     pairs = data.load_eval(cfg.dataset, cfg.limit) if cfg.dataset else []
     texts = data.load_texts(cfg.perplexity) if cfg.perplexity else []
     if cfg.limit:
@@ -146,3 +151,6 @@ def perplexity(model, tokenizer, texts: list[str]) -> float:
     if count == 0:
         raise UserError("perplexity: the text holds fewer than 2 tokens")
     return math.exp(nll / count)
+
+
+PIPELINE = declare("eval", EvalStep, produces_model=False, check=check, run=run)
