@@ -130,7 +130,8 @@ def test_group_by_length_and_unpacked_paths_train(tmp_path):
 
 def test_bad_columns_exit_2_with_one_line(tmp_path, cli):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question_text": "Is 2 even?", "answer_text": "yes"}) + "\n")   # question/answer: ms-swift aliases
+    # (question/answer would be ms-swift aliases of query/response)
+    bad.write_text(json.dumps({"question_text": "Is 2 even?", "answer_text": "yes"}) + "\n")
     out = cli("sft", "toy", "--dataset", str(bad), "--output", str(tmp_path / "o"))
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("swiftbox:")]

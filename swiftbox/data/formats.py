@@ -169,7 +169,7 @@ def _question(row: dict) -> str:
         question = _text(row["instruction"], "instruction")
         extra = row.get("input")
         return f"{question}\n{_text(extra, 'input')}" if extra else question
-    key = _first(row, QUERY_ALIASES)
+    key = _first(row, QUERY_ALIASES) or "query"
     return _text(row[key], key)
 
 
@@ -192,7 +192,7 @@ def sft_row(row: dict) -> dict:
         msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)},
                                               {"role": "assistant", "content": _text(row["output"], "output")}]
     elif _first(row, QUERY_ALIASES) and _first(row, RESPONSE_ALIASES):
-        key = _first(row, RESPONSE_ALIASES)
+        key = _first(row, RESPONSE_ALIASES) or "response"
         msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)},
                                               {"role": "assistant", "content": _text(row[key], key)}]
     else:

@@ -215,9 +215,9 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
     """The full rendering of `messages` and the span of every assistant reply in it (in message order)."""
     text = render(tokenizer, messages, tools, **kw)
     if has_generation_markers(tokenizer):
-        spans = _marked_spans(tokenizer, messages, tools, text, **kw)
-        if spans is not None:
-            return text, spans
+        marked = _marked_spans(tokenizer, messages, tools, text, **kw)
+        if marked is not None:
+            return text, marked
     eot = end_of_turn(tokenizer, **kw)
     spans: list[Span] = []
     prev_end = 0
