@@ -66,7 +66,12 @@ class TrainBase(StepBase):
     learning_rate: float = Field(1e-4, gt=0, lt=1)
     batch_size: int = Field(4, ge=1, description="per-device batch size")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
-    max_length: int = Field(1024, ge=8, description="truncate samples to this many tokens")
+    max_length: int = Field(1024, ge=8, description="tokens per sample: longer prompts lose tokens from the left "
+                                                    "(system prompt and reply kept)")
+    max_row_chars: int = Field(1_000_000, ge=1, description="refuse a dataset row longer than this (checked before "
+                                                            "tokenizing)")
+    chat_template: Optional[str] = Field(None, description="a .jinja file used instead of the tokenizer's chat "
+                                                           "template")
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
     lr_scheduler: str = Field("cosine", description="transformers scheduler name")

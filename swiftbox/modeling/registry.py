@@ -20,7 +20,7 @@ activations; qlora = 4-bit NF4 weights (~0.56 bytes/parameter) + adapter + activ
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 METHODS = ("full", "lora", "qlora", "infer")
@@ -41,6 +41,13 @@ class Preset:
     trust_remote_code: bool = False
     pickle_weights_only: bool = False  # repo ships *.bin only: needs allow_pickle
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    tool_parser: str = ""        # vLLM --tool-call-parser for this family ('' = no tool calling)
+    reasoning_parser: str = ""   # vLLM --reasoning-parser ('' = not a reasoning model)
+
+    def vllm_flags(self) -> list[str]:
+        """The vLLM serve flags that make tool calls / reasoning come back parsed."""
+        flags = ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_parser] if self.tool_parser else []
+        return flags + (["--reasoning-parser", self.reasoning_parser] if self.reasoning_parser else [])
 
     def hub_id(self, source: str) -> str:
         return self.hf_id if source == "hf" else self.modelscope_id
@@ -86,6 +93,14 @@ PRESETS: tuple[Preset, ...] = (
            "mistralai/Mistral-7B-Instruct-v0.3", 7.25, "Mistral [INST] ... [/INST]; no system role",
            notes="gated on Hugging Face"),
 )
+
+
+FAMILY_PARSERS = {   # family -> (vLLM tool-call parser, reasoning parser)
+    "Qwen2.5": ("hermes", ""), "Qwen3": ("hermes", "qwen3"), "Llama-3": ("llama3_json", ""),
+    "Mistral": ("mistral", ""), "DeepSeek-R1-Distill": ("", "deepseek_r1"), "InternLM": ("internlm", ""),
+}
+PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0],
+                        reasoning_parser=FAMILY_PARSERS.get(p.family, ("", ""))[1]) for p in PRESETS)
 
 
 def _keys(preset: Preset) -> set[str]:
