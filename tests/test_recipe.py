@@ -25,7 +25,7 @@ def test_quickstart_and_every_shipped_recipe_validate():
         assert recipe.steps, path
     recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml")
     kinds = [s.kind for s in recipe.steps]
-    assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-1] == "serve"
+    assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-2:] == ["serve", "verify"]
     sft, dpo = recipe.steps[1].config, recipe.steps[3].config
     # LoRA with the menu's defaults on the pretrained toy; DPO continues the adapter (docs/quickstart.md)
     assert isinstance(sft, SftStep) and sft.method == "lora" and (sft.lora.rank, sft.lora.alpha) == (8, 16)
