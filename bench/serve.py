@@ -7,6 +7,7 @@ streamed chunks count tokens exactly. `--layers N` scales the depth down for a q
 says which shape ran). Greedy decoding, so both ways generate the same tokens.
 
     ./launch.sh bench serve [--requests 16] [--concurrency 8] [--layers 24] [--no-transformers-serve]
+                            [--device cpu|auto] [--dtype float32|auto]
 """
 from __future__ import annotations
 
@@ -121,15 +122,14 @@ def pct(values: list[float], p: float):
     return round(values[lo] + (values[hi] - values[lo]) * (k - lo), 4)
 
 
-def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int) -> dict:
-    from swiftbox.device import current_platform
+def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int, platform, dtype: str) -> dict:
     from swiftbox.pipelines.serve import open_backend
     from swiftbox.pipelines.serve.app import build_app
     from swiftbox.pipelines.serve.server import ServerThread
     from swiftbox.steps import ServeStep
 
-    cfg = ServeStep(engine="builtin", max_batch_size=batch, served_model_name="bench", dtype="float32")
-    backend, names, close = open_backend(cfg, str(model_dir), current_platform("cpu"), work_dir=Path(tempfile.gettempdir()),
+    cfg = ServeStep(engine="builtin", max_batch_size=batch, served_model_name="bench", dtype=dtype)
+    backend, names, close = open_backend(cfg, str(model_dir), platform, work_dir=Path(tempfile.gettempdir()),
                                          log=lambda m: print(m, file=sys.stderr))
     server = ServerThread(build_app(backend)).start()
     try:
@@ -144,7 +144,8 @@ def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int) -> dict:
         close()
 
 
-def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float) -> tuple[dict | None, str | None]:
+def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float, platform,
+                           dtype: str) -> tuple[dict | None, str | None]:
     exe = Path(sys.executable).with_name("transformers")
     if not exe.is_file():
         return None, "the `transformers` CLI is not installed"
@@ -155,7 +156,7 @@ def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: flo
     log = Path(tempfile.gettempdir()) / f"bench-transformers-serve-{port}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     argv = [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--dtype", "float32"]
+            "--device", platform.device_type, "--dtype", dtype]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -206,29 +207,35 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="scale the depth down for a quick try")
     ap.add_argument("--no-transformers-serve", action="store_true")
     ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for transformers serve's run")
+    ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
+    ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
     args = ap.parse_args()
     import torch
 
+    from swiftbox.device import current_platform
     from swiftbox.toy import cache_root
+
+    platform = current_platform(None if args.device == "auto" else args.device)
+    dtype = platform.resolve_dtype(args.dtype)
 
     cache = cache_root() / "bench"
     cache.mkdir(parents=True, exist_ok=True)
     model_dir, shape = build_model(args.layers, cache)
     reqs = request_set(args.requests)
-    ours = run_builtin(model_dir, reqs, args.concurrency, batch=args.concurrency)
+    ours = run_builtin(model_dir, reqs, args.concurrency, args.concurrency, platform, dtype)
     if args.no_transformers_serve:
         theirs, reason = None, "skipped (--no-transformers-serve)"
     else:
-        theirs, reason = run_transformers_serve(model_dir, reqs, args.concurrency, args.ts_timeout)
+        theirs, reason = run_transformers_serve(model_dir, reqs, args.concurrency, args.ts_timeout, platform, dtype)
     seq, conc = ours["sequential"], ours["concurrent"]
     result = {
         "bench": "serve",
         "machine": {"cpu": _platform.processor() or _platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "python": _platform.python_version(),
-                    "torch": torch.__version__, "device": "cpu"},
+                    "torch": torch.__version__, "device": platform.name, "device_name": platform.device_name()},
         "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"] else f"Qwen2.5-0.5B with {args.layers} layers",
                   **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                           "num_key_value_heads", "vocab_size")}, "dtype": "float32", "weights": "random"},
+                                           "num_key_value_heads", "vocab_size")}, "dtype": dtype, "weights": "random"},
         "requests": len(reqs), "concurrency": args.concurrency,
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],
