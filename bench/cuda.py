@@ -57,6 +57,7 @@ torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformer
 typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split())
 # Required somewhere in the tree but not needed by anything the campaign runs.
 NOT_CARRIED = {"schemathesis": "the slow suite's API contract test only", "maturin": "a build tool, never imported",
+               "modelscope": "the hub client: the GPU machine is offline and the campaign downloads nothing",
                "typing-extensions": "the image's own serves", "setuptools": "the image's own serves"}
 PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
               "--abi", "abi3", "--abi", "none"] + [x for n in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
@@ -138,7 +139,11 @@ def python312() -> str:
 
 def fetch_one(name: str, into: Path, log) -> tuple[Path | None, str | None]:
     """(wheel, None) or (None, why not). The local version when installed here, else the newest."""
-    spec = f"{name}=={v}" if (v := local_version(name)) else name
+    v = local_version(name)
+    spec = f"{name}=={v}" if v else name
+    have = [w for w in into.glob("*.whl") if norm(w.name.split("-")[0]) == name and v in (None, w.name.split("-")[1])]
+    if have:     # from an earlier prepare
+        return have[0], None
     before = set(into.glob("*.whl"))
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(into)]
     r = subprocess.run([*pip, *PIP_TARGET, spec], capture_output=True, text=True)
@@ -158,9 +163,7 @@ def fetch_one(name: str, into: Path, log) -> tuple[Path | None, str | None]:
             if not re.search(r"-(py3-none-any|cp312-cp312-[a-z0-9_]*x86_64)\.whl$", built[0].name):
                 return None, f"{spec}: has compiled code and no Python 3.12 x86_64 wheel (built {built[0].name})"
             shutil.move(str(built[0]), into / built[0].name)
-    new = sorted(set(into.glob("*.whl")) - before) or sorted(into.glob(f"{re.sub('-', '_', name)}-*.whl"), key=str)
-    if not new:   # already there from an earlier run
-        new = [w for w in into.glob("*.whl") if norm(w.name.split("-")[0]) == name]
+    new = sorted(set(into.glob("*.whl")) - before)
     return (new[0], None) if new else (None, f"{spec}: pip saved no file")
 
 
