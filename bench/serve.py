@@ -209,7 +209,10 @@ def main() -> int:
     ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for transformers serve's run")
     ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
     ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
+    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL hand-over, s)")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     import torch
 
     from swiftbox.device import current_platform
@@ -236,7 +239,7 @@ def main() -> int:
         "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"] else f"Qwen2.5-0.5B with {args.layers} layers",
                   **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                            "num_key_value_heads", "vocab_size")}, "dtype": dtype, "weights": "random"},
-        "requests": len(reqs), "concurrency": args.concurrency,
+        "requests": len(reqs), "concurrency": args.concurrency, "switch_interval_s": sys.getswitchinterval(),
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],
         "sequential": seq, "concurrent": conc,

@@ -128,6 +128,35 @@ def run_side(name, build_trainer, platform):
             "wall_s": round(wall, 2), "peak_rss_bytes": rss.peak, "peak_device_bytes": device_peak}
 
 
+def profile_side(build_trainer) -> None:
+    """Where a training step's time goes: wall vs device busy, the top ops by self CPU and device time."""
+    import sys
+
+    import torch
+    from transformers import TrainerCallback
+
+    class Prof(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 2:
+                self.p = torch.profiler.profile(activities=torch.profiler.supported_activities(), record_shapes=False)
+                self.p.__enter__()
+                self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 4:
+                self.p.__exit__(None, None, None)
+                wall = (time.perf_counter() - self.t) / 2
+                events = self.p.key_averages()
+                dev = sum(getattr(e, "self_device_time_total", 0) for e in events) / 2e6
+                print(f"profile: {wall:.3f} s wall per step, {dev:.3f} s device-busy per step", file=sys.stderr)
+                for key in ("self_cpu_time_total", "self_device_time_total"):
+                    print(events.table(sort_by=key, row_limit=18, max_name_column_width=60), file=sys.stderr)
+
+    trainer = build_trainer(Prof())
+    trainer.args.max_steps = 4
+    trainer.train()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="decoder layers (real: 24)")
@@ -136,6 +165,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    ap.add_argument("--profile", action="store_true", help="swiftbox side only, torch.profiler tables on stderr")
     opts = ap.parse_args()
 
     import tempfile
@@ -185,6 +215,8 @@ def main() -> None:
         trainer.remove_callback(PrinterCallback)        # keep stdout to the one JSON line
         return trainer
 
+    if opts.profile:
+        return profile_side(swiftbox_trainer)
     ours = run_side("swiftbox", swiftbox_trainer, platform)
     theirs = run_side("baseline", baseline_trainer, platform)
     lengths = [len(r["input_ids"]) for r in rows]
