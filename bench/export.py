@@ -28,7 +28,7 @@ def train_adapter(out: Path, steps: int, lr: float = 1e-3, seed: int = 0) -> flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.toy import toy_path
+    from swiftbox.modeling.toy import toy_path
 
     torch.manual_seed(seed)
     base = toy_path(0)
@@ -72,7 +72,7 @@ def accuracy(ref: str) -> float:
     import torch
 
     from swiftbox.device import current_platform
-    from swiftbox.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
 
     spec = resolve_spec(ref)
     tok = load_tokenizer(spec)

@@ -216,7 +216,7 @@ def main() -> int:
     import torch
 
     from swiftbox.device import current_platform
-    from swiftbox.toy import cache_root
+    from swiftbox.modeling.toy import cache_root
 
     platform = current_platform(None if args.device == "auto" else args.device)
     dtype = platform.resolve_dtype(args.dtype)

@@ -176,10 +176,10 @@ def main() -> None:
     from transformers.trainer_callback import PrinterCallback
 
     from swiftbox.device import current_platform
-    from swiftbox.loading import torch_dtype
+    from swiftbox.modeling.loading import torch_dtype
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.toy import build_tokenizer
+    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.training.model import lora_config
 
     platform = current_platform(opts.device)

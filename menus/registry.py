@@ -1,4 +1,4 @@
-"""The menu's only coupling to the model registry (swiftbox.models), kept small on purpose.
+"""The menu's only coupling to the model registry (swiftbox.modeling.registry), kept small on purpose.
 
 When the registry is missing (or its shape differs) the menu offers `toy` plus free text and shows no
 memory estimates. Shape used: `PRESETS` (presets with `.name`/`.modelscope_id`, or a dict name ->
@@ -22,7 +22,7 @@ class ModelOption:
 
 def _registry():
     try:
-        return importlib.import_module("swiftbox.models")
+        return importlib.import_module("swiftbox.modeling.registry")
     except ImportError:
         return None
 

@@ -181,7 +181,7 @@ def dispatch(args: argparse.Namespace) -> int:
         print_summary(summary)
         return 0
     if command == "doctor":
-        from swiftbox.doctor import doctor
+        from swiftbox.device.doctor import doctor
 
         return doctor(as_json=args.json, device=args.device)
     if command == "test":
@@ -189,7 +189,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
-        return _optional("swiftbox.models", "print_models", "the model registry")()
+        return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
     if command == "parity":
         return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
     if command in STEP_TYPES:

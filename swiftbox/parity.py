@@ -125,7 +125,7 @@ def compare(a, b, mask) -> dict:
 
 
 def _load(ref: str, platform, dtype: str, trust_remote_code: bool):
-    from swiftbox.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
 
     spec = resolve_spec(ref)
     return load_model(spec, platform, dtype, trust_remote_code=trust_remote_code), load_tokenizer(spec, trust_remote_code)

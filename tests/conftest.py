@@ -24,7 +24,7 @@ def _fresh_platform(monkeypatch):
 
 @pytest.fixture(scope="session")
 def toy_dir() -> Path:
-    from swiftbox.toy import toy_path
+    from swiftbox.modeling.toy import toy_path
 
     return toy_path(0)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 
-from swiftbox.distributed import is_main_process, maybe_relaunch, rank, world_size
+from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
 from swiftbox.errors import UserError
-from swiftbox.runner import StepResult
+from swiftbox.pipelines.base import StepResult
 
 PRODUCES_MODEL = True
 NAME = "tests.dist_standin"

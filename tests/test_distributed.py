@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from swiftbox import distributed
+from swiftbox.training.distributed import launch as distributed
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
-from swiftbox.distributed import failure_error, maybe_relaunch, plan_launch
-from swiftbox.distributed_args import PRESETS, check_distributed, preset_path, training_arguments_extra
+from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
+from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
-from swiftbox.runner import StepContext, run_recipe
+from swiftbox.pipelines.base import StepContext
+from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
 from tests.conftest import ROOT
 
@@ -61,7 +62,7 @@ def test_npu_plan_two_nodes_of_eight(npu8, tmp_path, devices):
     assert (flag(argv, "--nnodes"), flag(argv, "--node-rank"), flag(argv, "--nproc-per-node")) == ("2", "1", "8")
     assert (flag(argv, "--master-addr"), flag(argv, "--master-port")) == ("10.0.0.1", "29600")
     assert "--standalone" not in argv
-    assert argv[-3:] == ["-m", "swiftbox.distributed_worker", str(tmp_path / "out.partial" / "launch.json")]
+    assert argv[-3:] == ["-m", "swiftbox.training.distributed.worker", str(tmp_path / "out.partial" / "launch.json")]
     assert plan.backend == "hccl" and plan.world_size == 16
     assert plan.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert int(plan.env["HCCL_CONNECT_TIMEOUT"]) >= 600
@@ -79,8 +80,8 @@ sys.path.insert(0, sys.argv[1])
 from tests.npu_sim import install_fake_npu
 install_fake_npu("Ascend910B2", 8)
 from swiftbox.device import current_platform
-from swiftbox.distributed import plan_launch
-from swiftbox.runner import StepContext
+from swiftbox.training.distributed.launch import plan_launch
+from swiftbox.pipelines.base import StepContext
 from swiftbox.steps import SftStep
 ctx = StepContext(recipe="r", kind="sft", index=0, input="toy", work_dir=Path("w"), output=Path("o"),
                   platform=current_platform())
@@ -113,7 +114,7 @@ def test_npu_training_arguments_use_hccl(npu8, monkeypatch):
 
 
 def test_each_rank_loads_onto_its_own_device(npu8, cuda4, deepspeed_installed, monkeypatch):
-    from swiftbox.distributed_args import model_device_map
+    from swiftbox.training.distributed.args import model_device_map
 
     monkeypatch.setenv("LOCAL_RANK", "3")
     assert model_device_map(SftStep(dataset=DATA), npu8) == npu8.device_map(3) == "npu:3"
@@ -140,7 +141,7 @@ def test_cuda_plan_one_node(cuda4, tmp_path, monkeypatch):
 
 
 def test_one_process_on_another_card_goes_through_the_visible_env(cuda4, tmp_path):
-    from swiftbox.distributed import needs_launch
+    from swiftbox.training.distributed.launch import needs_launch
 
     cfg = SftStep(dataset=DATA, devices="3,")
     assert needs_launch(cfg, ctx_for(cuda4, tmp_path)) and not needs_launch(cfg, ctx_for(CpuPlatform(), tmp_path))
@@ -185,7 +186,7 @@ def test_bundled_deepspeed_configs_are_auto():
 
 @pytest.fixture
 def deepspeed_installed(monkeypatch):
-    from swiftbox import distributed_args
+    from swiftbox.training.distributed import args as distributed_args
 
     real = distributed_args._version
     monkeypatch.setattr(distributed_args, "_version", lambda pkg: "0.16.0" if pkg == "deepspeed" else real(pkg))
@@ -217,7 +218,7 @@ def test_deepspeed_on_cpu_names_gloo_ddp(tmp_path):
 
 
 def test_deepspeed_not_installed_names_the_extra(cuda4, monkeypatch):
-    from swiftbox import distributed_args
+    from swiftbox.training.distributed import args as distributed_args
 
     monkeypatch.setattr(distributed_args, "_version", lambda pkg: None)
     with pytest.raises(Unsupported, match=r"pip install 'swiftbox\[deepspeed\]'") as err:
@@ -228,7 +229,7 @@ def test_deepspeed_not_installed_names_the_extra(cuda4, monkeypatch):
 def test_qlora_with_zero3_follows_installed_versions(cuda4, deepspeed_installed, monkeypatch):
     cfg = SftStep(dataset=DATA, method="qlora", deepspeed="zero3")
     check_distributed(cfg, cuda4)  # today's versions shard 4-bit weights (bnb_4bit_quant_storage)
-    from swiftbox.distributed_args import quantization_extra
+    from swiftbox.training.distributed.args import quantization_extra
 
     assert quantization_extra(cfg, "bfloat16") == {"bnb_4bit_quant_storage": "bfloat16"}
     assert quantization_extra(SftStep(dataset=DATA, method="qlora", deepspeed="zero2"), "bfloat16") == {}
@@ -268,7 +269,7 @@ def torchrun_report(root_rank: int, root_code: int, other=(1, 1, 1)) -> list[str
   error_file: <N/A>
   traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"""
     text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 +
-            "\nswiftbox.distributed_worker FAILED\n" + "-" * 60 + "\nFailures:\n" +
+            "\nswiftbox.training.distributed.worker FAILED\n" + "-" * 60 + "\nFailures:\n" +
             block.format(i=1, rank=other[0], local=other[1], code=other[2]) + "\n" + "-" * 60 +
             "\nRoot Cause (first observed failure):\n" +
             block.format(i=0, rank=root_rank, local=root_rank % 2, code=root_code) + "\n" + "=" * 60)
@@ -393,7 +394,7 @@ def answers_accuracy(adapter: Path, rows: int = 100) -> float:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.toy import toy_path
+    from swiftbox.modeling.toy import toy_path
 
     tok = AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else toy_path(0))
     tok.padding_side = "left"

@@ -41,7 +41,7 @@ def hub(toy_dir, tmp_path_factory):
 
 
 def _download(ref, tmp_path, **kw):
-    from swiftbox.pipelines.download import download_snapshot
+    from swiftbox.hub.snapshot import download_snapshot
 
     return download_snapshot(ref, cache_dir=str(tmp_path / "cache"), **kw)
 
@@ -119,7 +119,7 @@ def test_an_interrupted_modelscope_download_resumes_in_the_next_run(hub, tmp_pat
 
 
 def test_pipelines_resolve_a_downloaded_model_without_the_network(hub, tmp_path, monkeypatch):
-    from swiftbox.hub import resolve_model
+    from swiftbox.hub.resolve import resolve_model
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     hub.clear()
@@ -163,8 +163,8 @@ def test_unknown_revision_and_malformed_ids(hub, tmp_path):
 
 @pytest.mark.parametrize("source", ["modelscope", "hf"])
 def test_hub_down_fails_fast_unless_cached(hub, tmp_path, monkeypatch, source):
-    from swiftbox.hub_clients import HubUnreachable
-    from swiftbox.pipelines.download import fetch
+    from swiftbox.hub.clients import HubUnreachable
+    from swiftbox.hub.snapshot import fetch
 
     cached = _download(HUB_REFS[source], tmp_path)
     env = "MODELSCOPE_ENDPOINT" if source == "modelscope" else "HF_ENDPOINT"
@@ -189,7 +189,7 @@ def test_hub_down_fails_fast_unless_cached(hub, tmp_path, monkeypatch, source):
 def test_a_hub_that_never_answers_is_a_transient_error(tmp_path, monkeypatch, source):
     import socket
 
-    from swiftbox.hub_clients import HubNoAnswer
+    from swiftbox.hub.clients import HubNoAnswer
 
     with socket.socket() as silent:  # accepts connections (kernel backlog), never answers
         silent.bind(("127.0.0.1", 0))
@@ -243,7 +243,7 @@ def test_download_step_links_the_cache_and_records_the_manifest(hub, tmp_path):
 
 
 def test_references_map_to_hubs_and_ids():
-    from swiftbox.pipelines.download import parse_ref
+    from swiftbox.hub.snapshot import parse_ref
 
     assert parse_ref("Qwen/Qwen3-4B") == ("modelscope", "Qwen/Qwen3-4B")
     assert parse_ref("hf:meta-llama/Llama-3.2-1B-Instruct") == ("hf", "meta-llama/Llama-3.2-1B-Instruct")
@@ -257,7 +257,7 @@ def test_references_map_to_hubs_and_ids():
 def test_local_directory_is_checked_linked_and_recorded(toy_dir, tmp_path):
     import swiftbox
     from swiftbox.artifacts import read_manifest
-    from swiftbox.pipelines.download import _local_files
+    from swiftbox.hub.snapshot import _local_files
 
     entry = swiftbox.download(str(toy_dir), output=str(tmp_path / "local"), runs_root=tmp_path / "runs")
     manifest = read_manifest(tmp_path / "local")
@@ -273,7 +273,7 @@ def test_local_directory_is_checked_linked_and_recorded(toy_dir, tmp_path):
 
 
 def test_registry_lookup_and_memory():
-    from swiftbox import models
+    from swiftbox.modeling import registry as models
 
     assert {p.family for p in models.PRESETS} >= {"Qwen2.5", "Qwen3", "Llama-3", "GLM-4", "InternLM", "Baichuan",
                                                   "DeepSeek-R1-Distill", "Mistral"}
@@ -295,7 +295,7 @@ def test_models_command_prints_the_table(cli):
 
 
 def test_docs_presets_table_matches_the_registry():
-    from swiftbox import models
+    from swiftbox.modeling import registry as models
     from tests.conftest import ROOT
 
     rows = {}

@@ -49,7 +49,7 @@ def test_gptq_on_gpu(bits, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import swiftbox as sb
-    from swiftbox.loading import transformers_loads_gptq
+    from swiftbox.modeling.loading import transformers_loads_gptq
 
     out = tmp_path / f"gptq{bits}"
     entry = sb.quantize(str(shared_merged()), output=str(out), bits=bits, device="cuda")

@@ -62,7 +62,7 @@ def _round_trip(out, metrics, bits, min_cosine, source_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from swiftbox.device import current_platform
-    from swiftbox.loading import load_gptq_with_gptqmodel, transformers_loads_gptq
+    from swiftbox.modeling.loading import load_gptq_with_gptqmodel, transformers_loads_gptq
 
     assert metrics["bits"] == bits and metrics["size_bytes"] < metrics["source_size_bytes"]
     assert 0 < metrics["size_ratio"] < 0.6
@@ -164,7 +164,7 @@ def test_refuses_existing_output_without_force(cli, toy_dir, tmp_path):
 def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
     from swiftbox.device import NpuPlatform
     from swiftbox.pipelines import quantize
-    from swiftbox.runner import StepContext
+    from swiftbox.pipelines.base import StepContext
     from swiftbox.steps import QuantizeStep
 
     ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
@@ -179,7 +179,7 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
 def test_calibration_sources(toy_dir, tmp_path):
     from swiftbox.device import current_platform
     from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
-    from swiftbox.runner import StepContext
+    from swiftbox.pipelines.base import StepContext
     from swiftbox.steps import QuantizeStep
 
     ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
@@ -207,7 +207,7 @@ def test_bnb_load_configs(toy_dir):
     import torch
 
     from swiftbox.device import NpuPlatform, current_platform
-    from swiftbox.loading import bnb_config, load_model, resolve_spec
+    from swiftbox.modeling.loading import bnb_config, load_model, resolve_spec
 
     cpu = current_platform("cpu")
     four = bnb_config("bnb-4bit", cpu)
@@ -226,7 +226,7 @@ def test_bnb_load_configs(toy_dir):
 def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypatch):
     import torch
 
-    from swiftbox import loading
+    from swiftbox.modeling import loading
     from swiftbox.device import current_platform
 
     monkeypatch.setattr(loading, "transformers_loads_gptq", lambda: False)

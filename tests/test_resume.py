@@ -51,7 +51,7 @@ def test_kill_9_then_resume_completes(tmp_path):
     assert read_manifest(out)["metrics"]["resumed_from_step"] == m["resumed_from_step"]
 
     from swiftbox.device import current_platform
-    from swiftbox.loading import load_model, resolve_spec
+    from swiftbox.modeling.loading import load_model, resolve_spec
 
     model = load_model(resolve_spec(str(out)), current_platform(), "float32")
     assert type(model).__name__ == "PeftModelForCausalLM"

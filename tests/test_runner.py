@@ -10,7 +10,8 @@ import pytest
 
 from swiftbox.artifacts import MANIFEST, read_manifest
 from swiftbox.errors import NotBuilt
-from swiftbox.runner import StepResult, run_recipe
+from swiftbox.pipelines.base import StepResult
+from swiftbox.runner import run_recipe
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ def test_lora_sft_writes_a_loadable_adapter_with_curves(tmp_path):
     assert manifest["datasets"] == [SFT_DATA + "#64"] and any("loss" in e for e in manifest["log_history"])
 
     from swiftbox.device import current_platform
-    from swiftbox.loading import load_model, resolve_spec
+    from swiftbox.modeling.loading import load_model, resolve_spec
 
     model = load_model(resolve_spec(str(out)), current_platform(), "float32")
     assert type(model).__name__ == "PeftModelForCausalLM"
@@ -91,7 +91,7 @@ def test_dora_and_full_fine_tuning(tmp_path):
     entry = sft(tmp_path, name="full", method="full", max_steps=2)
     out = tmp_path / "full" / "sft"
     assert read_manifest(out)["artifact"] == "model" and entry["metrics"]["trainable_params"] == entry["metrics"]["total_params"]
-    from swiftbox.toy import toy_path
+    from swiftbox.modeling.toy import toy_path
 
     before = load_file(toy_path(0) / "model.safetensors")
     after = load_file(out / "model.safetensors")

@@ -5,7 +5,7 @@ import hashlib
 import json
 
 from swiftbox.artifacts import read_manifest
-from swiftbox.toy import build_toy
+from swiftbox.modeling.toy import build_toy
 
 
 def digest(path):

@@ -20,7 +20,7 @@ PRODUCES_MODEL = False
 
 
 def run(cfg, ctx):
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     if cfg.url:
         key = cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or "unused"

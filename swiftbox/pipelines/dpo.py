@@ -21,7 +21,7 @@ LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_
 
 
 def run(cfg, ctx):
-    from swiftbox.distributed import is_main_process, maybe_relaunch
+    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
     from swiftbox.training.model import require_method
 
     require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)
@@ -101,7 +101,7 @@ def run(cfg, ctx):
 def use_reference_adapter(model, ref_adapter, continued) -> str:
     """Make the model's "ref" adapter the reference policy; returns what the reference is, in words."""
     if ref_adapter:
-        from swiftbox.loading import resolve_spec
+        from swiftbox.modeling.loading import resolve_spec
 
         spec = resolve_spec(ref_adapter)
         if not spec.adapters:

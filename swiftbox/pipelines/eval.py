@@ -23,8 +23,8 @@ PPL_WINDOW = 1024
 
 def run(cfg, ctx):
     from swiftbox import data
-    from swiftbox.loading import load_model, load_tokenizer, resolve_spec
-    from swiftbox.runner import StepResult
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.pipelines.base import StepResult
 
     if not cfg.dataset and not cfg.perplexity:
         raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or perplexity: (text)")

@@ -22,8 +22,8 @@ TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 
 def adapter_chain(refs: list[str], base: str | None):
     """(ModelSpec, adapter paths in merge order) for `refs`; refusals for anything that cannot merge."""
-    from swiftbox.hub import resolve_model
-    from swiftbox.loading import adapter_base_ref, resolve_spec
+    from swiftbox.hub.resolve import resolve_model
+    from swiftbox.modeling.loading import adapter_base_ref, resolve_spec
 
     spec, adapters = None, []
     for ref in refs:
@@ -82,8 +82,8 @@ def run(cfg, ctx):
     from peft import PeftModel
 
     from swiftbox import parity as P
-    from swiftbox.loading import ModelSpec, load_model, load_tokenizer
-    from swiftbox.runner import StepResult
+    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer
+    from swiftbox.pipelines.base import StepResult
 
     dtype = merge_dtype(cfg, ctx, adapters)
     tolerance = cfg.tolerance or TOLERANCE[dtype]

@@ -27,8 +27,8 @@ MAX_HELD_OUT = 32
 
 def check_input(ref: str):
     """The ModelSpec of `ref`, refusing adapters (merge first) and models that are already quantized."""
-    from swiftbox.hub import resolve_model
-    from swiftbox.loading import resolve_spec
+    from swiftbox.hub.resolve import resolve_model
+    from swiftbox.modeling.loading import resolve_spec
 
     path = resolve_model(ref)
     if is_adapter_dir(path):
@@ -214,9 +214,9 @@ def run(cfg, ctx):
     from gptqmodel import GPTQModel, QuantizeConfig
 
     from swiftbox import parity as P
-    from swiftbox.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
+    from swiftbox.modeling.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
                                    transformers_loads_gptq)
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     started = time.time()
     dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))

@@ -16,7 +16,7 @@ PRODUCES_MODEL = True
 
 
 def run(cfg, ctx):
-    from swiftbox.distributed import is_main_process, maybe_relaunch
+    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
     from swiftbox.training.model import require_method
 
     require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swiftbox.distributed_args import training_arguments_extra
+from swiftbox.training.distributed.args import training_arguments_extra
 
 
 def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:

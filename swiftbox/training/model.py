@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from swiftbox.errors import UserError
-from swiftbox.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
+from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
 
 
 @dataclass
@@ -45,7 +45,7 @@ def quantization_config(cfg, dtype: str, platform):
     platform.require("qlora-bnb")
     from transformers import BitsAndBytesConfig
 
-    from swiftbox.distributed_args import quantization_extra
+    from swiftbox.training.distributed.args import quantization_extra
 
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                               bnb_4bit_compute_dtype=torch_dtype(dtype), **quantization_extra(cfg, torch_dtype(dtype)))
@@ -68,7 +68,7 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
                         f"model (method: qlora quantizes on the fly)")
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
-    from swiftbox.distributed_args import model_device_map
+    from swiftbox.training.distributed.args import model_device_map
 
     kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=cfg.trust_remote_code, use_safetensors=True)
     device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP

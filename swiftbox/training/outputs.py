@@ -16,7 +16,7 @@ def save_artifact(trainer, tm, ctx, selected):
     Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
     `trainer.save_model`; only rank 0 writes files.
     """
-    from swiftbox.distributed import is_main_process
+    from swiftbox.training.distributed.launch import is_main_process
 
     model = trainer.model
     model.config.use_cache = True            # training turned it off; inference wants it back
@@ -34,7 +34,7 @@ def save_artifact(trainer, tm, ctx, selected):
 
 
 def step_result(metrics, artifact, tm, cfg, log_history):
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     datasets = [cfg.dataset] if isinstance(cfg.dataset, str) else list(cfg.dataset)
     info = {"artifact": artifact, "method": cfg.method, "datasets": datasets,

@@ -76,7 +76,7 @@ def api_key(cfg) -> Optional[str]:
 
 def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str], None]):
     """(backend, names, close) for this config: loads the model or starts vLLM."""
-    from swiftbox.loading import resolve_spec
+    from swiftbox.modeling.loading import resolve_spec
 
     spec = resolve_spec(ref)
     names = served_names(cfg, ref, spec)
@@ -88,7 +88,7 @@ def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str]
 
 
 def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
-    from swiftbox.loading import bnb_config, load_model, load_tokenizer
+    from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
     from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
 
@@ -134,7 +134,7 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
 
 def run(cfg, ctx):
     from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

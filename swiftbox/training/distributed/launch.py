@@ -2,7 +2,7 @@
 
 Contract used by the sft/dpo pipelines, at the very top of their `run(cfg, ctx)`:
 
-    from swiftbox.distributed import maybe_relaunch
+    from swiftbox.training.distributed.launch import maybe_relaunch
     result = maybe_relaunch(cfg, ctx)
     if result is not None:        # this process was the launcher; the workers did the work
         return result
@@ -11,7 +11,7 @@ and `is_main_process()` decides who writes artifacts (only global rank 0). The l
 spec (step kind, validated config, input, work dir) to `<work_dir>/launch.json` and runs
 
     torchrun --nnodes N --node-rank R --nproc-per-node P --master-addr A --master-port PORT \
-             -m swiftbox.distributed_worker <work_dir>/launch.json
+             -m swiftbox.training.distributed.worker <work_dir>/launch.json
 
 with the platform's child env (visible devices, HCCL_CONNECT_TIMEOUT, SWIFTBOX_DEVICE). Every worker
 rebuilds cfg/ctx and calls the same pipeline `run()`; there `maybe_relaunch` returns None because
@@ -38,7 +38,7 @@ from swiftbox.errors import SwiftboxError, Unsupported, UserError
 
 SPEC_FILE = "launch.json"
 RESULT_FILE = ".launch-result.json"
-_WORKER_SPEC: Optional[dict] = None  # set by swiftbox.distributed_worker inside a torchrun worker
+_WORKER_SPEC: Optional[dict] = None  # set by swiftbox.training.distributed.worker inside a torchrun worker
 
 
 def world_size() -> int:
@@ -121,13 +121,13 @@ def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = N
         argv += ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
                  "--master-addr", cfg.master_addr, "--master-port", str(cfg.master_port)]
     argv += ["--nproc-per-node", str(nproc), "--max-restarts", "0",
-             "-m", "swiftbox.distributed_worker", str(spec_path)]
+             "-m", "swiftbox.training.distributed.worker", str(spec_path)]
     return argv
 
 
 def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
     """Check the request against the platform and build the torchrun command and worker env."""
-    from swiftbox.distributed_args import check_distributed
+    from swiftbox.training.distributed.args import check_distributed
 
     platform = ctx.platform
     check_distributed(cfg, platform)
@@ -185,7 +185,7 @@ def _device_count(platform) -> Optional[int]:
 
 def _pythonpath() -> str:
     """Workers import this same swiftbox, whether installed or run from a checkout."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[3])
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     return os.pathsep.join([root, *parts])
 
@@ -197,7 +197,7 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
     recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
     """
-    from swiftbox.distributed_args import check_distributed
+    from swiftbox.training.distributed.args import check_distributed
 
     check_distributed(cfg, ctx.platform)  # refusals first, even for one process (deepspeed on cpu, ...)
     if _WORKER_SPEC is not None:
@@ -211,7 +211,7 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
 
 
 def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 - runner imports us lazily
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     plan = plan_launch(cfg, ctx)
@@ -248,7 +248,7 @@ def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 
 def _prefetch_model(ref: Optional[str]) -> None:
     """Resolve (download) the input model once here, not once per rank at the same time."""
     if ref:
-        from swiftbox.hub import resolve_model
+        from swiftbox.hub.resolve import resolve_model
 
         resolve_model(ref)
 

@@ -15,7 +15,7 @@ from typing import Optional
 from swiftbox.errors import Unsupported, UserError
 
 # flat under configs/ so the package-data glob `configs/*` ships them in the wheel
-CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 PRESETS = ("zero2", "zero3", "zero3_offload")
 INSTALL_HINT = "pip install 'swiftbox[deepspeed]'"
 # QLoRA under ZeRO-3 needs bnb_4bit_quant_storage (bitsandbytes 0.43) and the matching loaders
@@ -81,7 +81,7 @@ def qlora_zero3_blockers() -> list[str]:
 
 def training_arguments_extra(cfg, platform) -> dict:
     """Keyword arguments for TrainingArguments that make a torchrun worker train as one of many."""
-    from swiftbox.distributed import world_size
+    from swiftbox.training.distributed.launch import world_size
 
     check_distributed(cfg, platform)
     extra: dict = {}
@@ -97,7 +97,7 @@ def training_arguments_extra(cfg, platform) -> dict:
 def model_device_map(cfg, platform):
     """`device_map` for from_pretrained in a training step: each rank on its own local device; None when
     ZeRO-3 or FSDP shards the weights (transformers refuses a device_map with ZeRO-3)."""
-    from swiftbox.distributed import local_rank
+    from swiftbox.training.distributed.launch import local_rank
 
     if cfg.fsdp or (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3):
         return None

@@ -12,7 +12,7 @@ from typing import Optional
 
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.errors import UserError
-from swiftbox.hub import resolve_model
+from swiftbox.hub.resolve import resolve_model
 
 TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 

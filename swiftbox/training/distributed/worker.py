@@ -1,4 +1,4 @@
-"""One torchrun worker: `python -m swiftbox.distributed_worker <work_dir>/launch.json`.
+"""One torchrun worker: `python -m swiftbox.training.distributed.worker <work_dir>/launch.json`.
 
 torchrun starts this once per rank with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR set. It rebuilds the
 step's config and context from the spec the launcher wrote, then calls the pipeline's own `run()`,
@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from swiftbox import distributed
+from swiftbox.training.distributed import launch as distributed
 from swiftbox.errors import SwiftboxError
 
 
@@ -30,7 +30,7 @@ def load_spec(path: str) -> dict:
 def build(spec: dict):
     """The validated config and the StepContext the launcher had, rebuilt in this process."""
     from swiftbox.device import current_platform
-    from swiftbox.runner import StepContext
+    from swiftbox.pipelines.base import StepContext
     from swiftbox.steps import STEP_TYPES
 
     schema = STEP_TYPES[spec["kind"]]
@@ -43,7 +43,7 @@ def build(spec: dict):
 
 
 def run_spec(spec: dict):
-    from swiftbox.runner import StepResult
+    from swiftbox.pipelines.base import StepResult
 
     cfg, ctx = build(spec)
     module = importlib.import_module(spec["pipeline"])

@@ -54,7 +54,7 @@ def toy_path(seed: int = 0) -> Path:
 
 
 def _corpus() -> list[str]:
-    text = (Path(__file__).parent / "assets" / "toy_corpus.txt").read_text()
+    text = (Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt").read_text()
     lines = [line for line in text.splitlines() if line.strip()]
     # the digits and task words, so every number and answer tokenizes the same way as in the data
     lines += [f"Is {n} even? Is {n} odd? yes no" for n in range(0, 200)]

@@ -28,7 +28,7 @@ def resolve_model(ref: str, *, revision: str | None = None) -> Path:
     if not ref:
         raise UserError("model: empty model reference; expected toy, a hub id, hf:ORG/NAME or a local directory")
     if ref == "toy" or ref.startswith("toy:"):
-        from swiftbox.toy import toy_path
+        from swiftbox.modeling.toy import toy_path
 
         seed = ref.split(":", 1)[1] if ":" in ref else "0"
         if not seed.isdigit():
@@ -36,6 +36,6 @@ def resolve_model(ref: str, *, revision: str | None = None) -> Path:
         return toy_path(int(seed))
     if is_local_ref(ref):
         return check_local_model(Path(ref).expanduser())
-    from swiftbox.pipelines.download import fetch
+    from swiftbox.hub.snapshot import fetch
 
     return fetch(ref, revision=revision)

@@ -1,0 +1,1 @@
+"""Model hubs: reference resolution (resolve), hub clients (clients), cached snapshots (snapshot)."""
