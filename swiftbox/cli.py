@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="fast and slow tests")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
 
-    p = sub.add_parser("bench", help="benchmarks: sft | serve | startup (prints one JSON line)")
+    p = sub.add_parser("bench", help="benchmarks: sft | serve | export | startup | cuda (the GPU campaign)")
     p.add_argument("name")
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
 

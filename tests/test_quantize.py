@@ -242,7 +242,7 @@ def test_a_kernel_refusing_a_layer_shape_falls_back_to_the_torch_kernel(gptq4, m
     (seen on an H100): the loader then asks for gptqmodel's torch kernel, which takes any shape."""
     from transformers import AutoModelForCausalLM
 
-    from swiftbox import loading
+    from swiftbox.modeling import loading
     from swiftbox.device import current_platform
 
     real, asked = AutoModelForCausalLM.from_pretrained, []
