@@ -66,7 +66,8 @@ PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementati
 # part -> the packages it imports that the image lacks (a part runs only when they travelled)
 PART_NEEDS = {"env": [], "train": ["trl", "datasets", "pydantic"], "export": ["trl", "datasets", "pydantic"],
               "quickstart": ["trl", "datasets", "pydantic", "gptqmodel", "optimum", "fastapi", "uvicorn", "openai"],
-              "sft": ["trl", "datasets", "pydantic"], "serve": ["pydantic", "fastapi", "uvicorn", "httpx"]}
+              "sft": ["trl", "datasets", "pydantic"], "serve": ["pydantic", "fastapi", "uvicorn", "httpx"],
+              "profile": ["trl", "datasets", "pydantic"]}
 # test ids deselected when a package is absent: QLoRA needs bitsandbytes, GPTQ needs gptqmodel
 OPTIONAL = {"bitsandbytes": "qlora", "gptqmodel": "gptq"}
 
@@ -274,7 +275,7 @@ def install(wheel_dirs: list[str], site: Path) -> dict:
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                         "--no-cache-dir", "--upgrade", "--target", str(site), *wheels], capture_output=True, text=True)
     if r.returncode != 0:
-        raise fail(f"installing {len(wheels)} wheels failed: {r.stderr.strip()[-300:]}")
+        raise fail(f"installing {len(wheels)} wheels failed: {(r.stderr.strip().splitlines() or ['?'])[-1][:300]}")
     return {"installed": len(wheels)}
 
 
@@ -348,10 +349,13 @@ def part_commands(name: str, dry: bool, tmp: Path, absent: list[str]) -> list[st
         size = ["--layers", "1", "--requests", "2", "--concurrency", "2", "--no-transformers-serve"] if dry else \
                ["--requests", "16", "--concurrency", "8", "--ts-timeout", "150", "--device", "auto", "--dtype", "auto"]
         return [py, str(ROOT / "bench" / "serve.py"), *size]
+    if name == "profile":     # where a bench sft step's time goes (host vs device)
+        size = ["--layers", "1", "--batch", "2", "--rows", "16"] if dry else ["--batch", "32", "--rows", "512"]
+        return [py, str(ROOT / "bench" / "sft.py"), *size, "--profile"]
     return None
 
 
-TIMEOUTS = {"env": 60, "train": 240, "export": 300, "quickstart": 300, "sft": 240, "serve": 330}
+TIMEOUTS = {"env": 60, "train": 240, "export": 300, "quickstart": 300, "sft": 240, "serve": 330, "profile": 150}
 
 
 def run_part(name: str, args, env: dict, tmp: Path, out: Path) -> dict:

@@ -148,9 +148,10 @@ def profile_side(build_trainer) -> None:
                 wall = (time.perf_counter() - self.t) / 2
                 events = self.p.key_averages()
                 dev = sum(getattr(e, "self_device_time_total", 0) for e in events) / 2e6
-                print(f"profile: {wall:.3f} s wall per step, {dev:.3f} s device-busy per step", file=sys.stderr)
                 for key in ("self_cpu_time_total", "self_device_time_total"):
                     print(events.table(sort_by=key, row_limit=18, max_name_column_width=60), file=sys.stderr)
+                print(json.dumps({"bench": "sft-profile", "wall_s_per_step": round(wall, 4),
+                                  "device_busy_s_per_step": round(dev, 4)}), flush=True)
 
     trainer = build_trainer(Prof())
     trainer.args.max_steps = 4
