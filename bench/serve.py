@@ -1,5 +1,7 @@
 """bench serve: the built-in engine at 8 concurrent streams vs the same requests one at a time, and
 side by side `transformers serve --continuous-batching` on the same requests. Prints ONE JSON line.
+Both servers run in their own process (`./launch.sh serve` and `transformers serve`), apart from this
+benchmark's client, so neither shares its interpreter (and GIL) with the load generator.
 
 The model is random weights in the Qwen2.5-0.5B shape (config built here, nothing downloaded) with a
 word-level tokenizer of the same vocabulary size, so every generated token is a visible word and
@@ -122,26 +124,68 @@ def pct(values: list[float], p: float):
     return round(values[lo] + (values[hi] - values[lo]) * (k - lo), 4)
 
 
-def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int, platform, dtype: str) -> dict:
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
-    from swiftbox.steps import ServeStep
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
 
-    cfg = ServeStep(engine="builtin", max_batch_size=batch, served_model_name="bench", dtype=dtype)
-    backend, names, close = open_backend(cfg, str(model_dir), platform, work_dir=Path(tempfile.gettempdir()),
-                                         log=lambda m: print(m, file=sys.stderr))
-    server = ServerThread(build_app(backend)).start()
+
+class Child:
+    """A server in its own process (as users run it), healthy before the first request, killed after."""
+
+    def __init__(self, name: str, argv: list[str], port: int):
+        self.name, self.url = name, f"http://127.0.0.1:{port}"
+        self.log = Path(tempfile.gettempdir()) / f"bench-{name}-{port}.log"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        with open(self.log, "wb") as out:   # cwd: a scratch dir, so the serve step's run folder lands there
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         cwd=tempfile.mkdtemp(prefix=f"bench-{name}-"))
+
+    def wait_healthy(self, timeout: float = 300) -> str | None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                return f"{self.name} exited ({self.proc.returncode}): {_tail(self.log)}"
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                return f"{self.name} did not become healthy in {timeout:.0f} s"
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+
+
+def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int, platform, dtype: str) -> dict:
+    port = free_port()
+    child = Child("swiftbox-serve", [sys.executable, "-m", "swiftbox", "serve", str(model_dir), "--engine", "builtin",
+                                     "--port", str(port), "--max-batch-size", str(batch), "--served-model-name",
+                                     "bench", "--dtype", dtype, "--device", platform.name], port)
     try:
-        asyncio.run(drive(server.url, "bench", reqs[:1], 1, {}))  # warm-up
-        seq = asyncio.run(drive(server.url, "bench", reqs, 1, {}))
+        problem = child.wait_healthy()
+        if problem:
+            raise RuntimeError(problem)
+        asyncio.run(drive(child.url, "bench", reqs[:1], 1, {}))  # warm-up
+        seq = asyncio.run(drive(child.url, "bench", reqs, 1, {}))
         print(f"builtin sequential: {seq}", file=sys.stderr)
-        conc = asyncio.run(drive(server.url, "bench", reqs, concurrency, {}))
+        conc = asyncio.run(drive(child.url, "bench", reqs, concurrency, {}))
         print(f"builtin x{concurrency}: {conc}", file=sys.stderr)
         return {"sequential": seq, "concurrent": conc}
     finally:
-        server.stop()
-        close()
+        child.stop()
 
 
 def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float, platform,
@@ -149,47 +193,24 @@ def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: flo
     exe = Path(sys.executable).with_name("transformers")
     if not exe.is_file():
         return None, "the `transformers` CLI is not installed"
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    log = Path(tempfile.gettempdir()) / f"bench-transformers-serve-{port}.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    port = free_port()
     argv = [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
             "--device", platform.device_type, "--dtype", dtype]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    child = Child("transformers-serve", argv, port)
     try:
-        import httpx
-
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                return None, f"transformers serve exited ({proc.returncode}): {_tail(log)}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                return None, "transformers serve did not become healthy in 300 s"
-            time.sleep(1)
+        problem = child.wait_healthy()
+        if problem:
+            return None, problem
         model = str(model_dir)
         try:
-            asyncio.run(asyncio.wait_for(drive(url, model, reqs[:1], 1, {}), timeout))
-            conc = asyncio.run(asyncio.wait_for(drive(url, model, reqs, concurrency, {}), timeout))
+            asyncio.run(asyncio.wait_for(drive(child.url, model, reqs[:1], 1, {}), timeout))
+            conc = asyncio.run(asyncio.wait_for(drive(child.url, model, reqs, concurrency, {}), timeout))
         except Exception as exc:
-            return None, f"transformers serve failed on the request set: {type(exc).__name__}: {str(exc)[:300]} ({_tail(log)})"
+            return None, f"transformers serve failed on the request set: {type(exc).__name__}: {str(exc)[:300]} ({_tail(child.log)})"
         print(f"transformers serve x{concurrency}: {conc}", file=sys.stderr)
         return {"concurrent": conc, "argv": " ".join(argv[1:])}, None
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
+        child.stop()
 
 
 def _tail(path: Path) -> str:
