@@ -310,25 +310,37 @@ def pytest_counts(junit: Path) -> dict:
         return {}
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    failures = [f"{c.get('name')}: {(c.find('failure') if c.find('failure') is not None else c.find('error')).get('message', '')[:300]}"
-                for c in suite.iter("testcase") if c.find("failure") is not None or c.find("error") is not None]
+    failures = []
+    for case in suite.iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            failures.append(f"{case.get('name')}: {bad.get('message', '')[:300]}")
     n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     return {"passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"], "failed": n["failures"] + n["errors"],
             "skipped": n["skipped"], "failures": failures}
 
 
+def env_report(args) -> int:
+    """The `env` part (a child, so it sees the carried packages): platform, device, dtype, versions."""
+    import importlib.util
+    from importlib import metadata
+
+    from swiftbox.device import current_platform
+
+    p = current_platform()
+    names = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "bitsandbytes", "gptqmodel", "optimum",
+             "fastapi", "uvicorn", "pydantic", "pyarrow", "numpy", "openai")
+    versions = {n: metadata.version(n) if importlib.util.find_spec(n) else None for n in names}
+    print(json.dumps({"platform": p.name, "device_name": p.device_name(), "dtype": p.default_dtype(),
+                      "device_count": p.device_count(), "memory_total": p.memory().total_bytes,
+                      "python": py_platform.python_version(), "versions": versions}))
+    return 0
+
+
 def part_commands(name: str, dry: bool, tmp: Path, absent: list[str]) -> list[str] | None:
     py = sys.executable
     if name == "env":
-        code = ("import json, torch, transformers, peft, accelerate; from importlib import metadata as m; "
-                "from swiftbox.device import current_platform as c; p = c(); "
-                "v = {k: (m.version(k) if __import__('importlib.util').util.find_spec(k.replace('-', '_')) else None) "
-                "for k in ('torch', 'transformers', 'peft', 'accelerate', 'trl', 'datasets', 'bitsandbytes', "
-                "'gptqmodel', 'optimum', 'fastapi', 'uvicorn', 'pydantic', 'pyarrow', 'numpy', 'openai')}; "
-                "print(json.dumps({'platform': p.name, 'device_name': p.device_name(), 'dtype': p.default_dtype(), "
-                "'device_count': p.device_count(), 'memory_total': p.memory().total_bytes, 'versions': v, "
-                "'python': __import__('sys').version.split()[0]}))")
-        return [py, "-c", code]
+        return [py, __file__, "env"]
     if name in ("train", "export"):
         files = {"train": "tests/test_train_cuda.py", "export": "tests/test_export_cuda.py"}[name]
         deselect = [OPTIONAL[p] for p in absent if p in OPTIONAL]
@@ -445,8 +457,9 @@ def main() -> int:
     p.add_argument("--out", default=None, help="results.json and logs (default $OUT)")
     p.add_argument("--budget", type=float, default=570, help="seconds this call may take")
     p.add_argument("--dry", action="store_true", help="on the CPU, tiny settings: proves the plumbing")
+    sub.add_parser("env", help="print the platform and package versions as JSON (the env part)")
     args = ap.parse_args()
-    return {"prepare": prepare, "plan": show_plan, "run": run}[args.cmd](args)
+    return {"prepare": prepare, "plan": show_plan, "run": run, "env": env_report}[args.cmd](args)
 
 
 if __name__ == "__main__":
