@@ -413,12 +413,12 @@ def run_part(name: str, args, env: dict, tmp: Path, out: Path) -> dict:
 
 
 def run(args) -> int:
-    out = Path(args.out or os.environ.get("OUT") or "bench-cuda-out").resolve()
-    out.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
     unknown = [p for p in parts if p not in PART_NEEDS]
     if unknown:
         raise fail(f"--parts: unknown part(s) {', '.join(unknown)}; known: {', '.join(PART_NEEDS)}")
+    out = Path(args.out or os.environ.get("OUT") or "bench-cuda-out").resolve()
+    out.mkdir(parents=True, exist_ok=True)
     args.started = time.monotonic()
     site = Path(args.site)
     results = {"bench": "cuda", "dry": args.dry, "host": py_platform.node(), "python": py_platform.python_version(),
@@ -442,9 +442,14 @@ def run(args) -> int:
     return 0 if all(v["status"] in ("passed", "skipped") for v in results["parts"].values()) else 1
 
 
+class OneLine(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise fail(f"{message} (see --help)")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="bench cuda", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = OneLine(prog="bench cuda", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLine)
     p = sub.add_parser("prepare", help="download the wheels the GPU image lacks, in batches (here, with network)")
     p.add_argument("--dest", default=str(ROOT / ".whl"))
     p.add_argument("--batch-mib", type=float, default=56.0, help="batch size limit (carry limit 64 MiB less the repo)")

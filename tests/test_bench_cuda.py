@@ -56,10 +56,11 @@ def test_roots_are_swiftbox_requirements_with_extras_expanded():
     assert "swiftbox" not in roots
 
 
-def test_unknown_part_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cuda.py"), "run", "--parts", "env,nope", "--out",
-                        str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "nope" in r.stderr
+@pytest.mark.parametrize("argv, word", [(["run", "--parts", "env,nope"], "nope"), ([], "cmd"),
+                                        (["run", "--budget", "x"], "x"), (["plan", "--dest", "/nonexistent"], "prepare")])
+def test_bad_input_is_one_line_exit_2(argv, word):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cuda.py"), *argv], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and word in r.stderr, r.stderr
 
 
 @pytest.mark.slow
