@@ -76,7 +76,7 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def fail(msg: str) -> "SystemExit":
+def fail(msg: str) -> SystemExit:
     print(f"bench cuda: {msg}", file=sys.stderr)
     return SystemExit(2)
 
@@ -84,7 +84,6 @@ def fail(msg: str) -> "SystemExit":
 # -- prepare (here) --------------------------------------------------------------------------------
 def roots_from_pyproject() -> list[str]:
     import tomllib
-
     from packaging.requirements import Requirement
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -231,7 +230,8 @@ def prepare(args) -> int:
             os.link(f, dest / f"b{i}" / f.name)
         b.update(name=f"b{i}", mib=round(b["bytes"] / 2**20, 1), files=[f.name for f in b["files"]])
     absent = sorted(set(failed) | set(too_large))
-    plan = {"dest": str(dest), "batch_mib": args.batch_mib, "batches": batches, "cannot_travel": {**failed, **too_large},
+    plan = {"dest": str(dest), "batch_mib": args.batch_mib, "batches": batches,
+            "cannot_travel": {**failed, **too_large},
             "not_carried": skipped, "skipped_without_them": skipped_parts(absent)}
     (dest / "plan.json").write_text(json.dumps(plan, indent=1))
     print_plan(plan)
@@ -370,6 +370,10 @@ def part_commands(name: str, dry: bool, tmp: Path, absent: list[str]) -> list[st
 TIMEOUTS = {"env": 60, "train": 240, "export": 300, "quickstart": 300, "sft": 240, "serve": 330, "profile": 150}
 
 
+def scalars(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
+
+
 def run_part(name: str, args, env: dict, tmp: Path, out: Path) -> dict:
     absent = missing(PART_NEEDS[name] + (list(OPTIONAL) if name in ("train", "export") else []), env)
     hard = [p for p in absent if p in PART_NEEDS[name]]
@@ -403,8 +407,8 @@ def run_part(name: str, args, env: dict, tmp: Path, out: Path) -> dict:
     elif name == "quickstart":
         summary = tmp / "runs" / "quickstart" / "summary.json"
         if summary.is_file():
-            result["steps"] = [{"step": s["step"], "ok": s["ok"], **{k: v for k, v in (s.get("metrics") or {}).items()
-                                if isinstance(v, (int, float, str, bool))}} for s in json.loads(summary.read_text())["steps"]]
+            steps = json.loads(summary.read_text())["steps"]
+            result["steps"] = [{"step": s["step"], "ok": s["ok"], **scalars(s.get("metrics") or {})} for s in steps]
     else:
         result["metrics"] = last_json(text)
     if result["status"] != "passed":
@@ -434,7 +438,8 @@ def run(args) -> int:
         except Exception as exc:   # the campaign's own bug in one part must not lose the others
             results["parts"][name] = {"status": "failed", "reason": f"campaign error: {type(exc).__name__}: {exc}"}
         r = results["parts"][name]
-        print(f"bench cuda: {name}: {r['status']} {r.get('seconds', '')}s {r.get('reason', '')}", file=sys.stderr, flush=True)
+        print(f"bench cuda: {name}: {r['status']} {r.get('seconds', '')}s {r.get('reason', '')}", file=sys.stderr,
+              flush=True)
         results["seconds"] = round(time.monotonic() - args.started, 1)
         (out / "results.json").write_text(json.dumps(results, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

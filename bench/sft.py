@@ -84,7 +84,8 @@ def flops_per_token(n_params: int, shape: dict, lengths: list[int]) -> dict:
     (QK^T and AV), averaged over the rows' tokens; training = 3x forward. `6n` is the usual MFU numerator
     (PaLM); `lora` is what LoRA really computes: frozen weights skip their weight-gradient GEMMs (4N)."""
     attn = 3 * sum(2 * shape["num_hidden_layers"] * shape["hidden_size"] * s * (s + 1) for s in lengths) / sum(lengths)
-    return {"params": n_params, "attention": round(attn), "6n": round(6 * n_params + attn), "lora": round(4 * n_params + attn)}
+    return {"params": n_params, "attention": round(attn), "6n": round(6 * n_params + attn),
+            "lora": round(4 * n_params + attn)}
 
 
 def mfu(tokens_per_s: float, flops: dict, device_name: str) -> dict | None:
@@ -116,12 +117,15 @@ def timer_callback():
 
 
 def run_side(name, build_trainer, platform):
+    from swiftbox.compat import trl_scores_label_positions_only
+
     timer = timer_callback()
     platform.reset_peak_memory()
     with PeakRss() as rss:
         trainer = build_trainer(timer)
         started = time.perf_counter()
-        trainer.train()
+        with trl_scores_label_positions_only():  # what the sft step does around train()
+            trainer.train()
         wall = time.perf_counter() - started
     device_peak = platform.max_memory_allocated() if platform.name != "cpu" else None
     return {"tokens_per_s": round(timer.tokens_per_second(), 1), "tokens": int(timer.tokens1),
@@ -178,9 +182,9 @@ def main() -> None:
 
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import torch_dtype
+    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.training.model import lora_config
 
     platform = current_platform(opts.device)

@@ -18,7 +18,7 @@ import cuda as campaign  # noqa: E402  (bench/cuda.py)
 def fake_wheel(folder, name, requires=()):
     path = folder / f"{name}-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as z:
-        meta = "Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name
+        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
         z.writestr(f"{name}-1.0.dist-info/METADATA", meta + "".join(f"Requires-Dist: {r}\n" for r in requires))
     return path
 
@@ -31,8 +31,8 @@ def sized(folder, name, size):
 
 
 def test_requirements_follow_linux_py312_markers(tmp_path):
-    wheel = fake_wheel(tmp_path, "demo", ["numpy>=2", "pywin32; sys_platform == 'win32'", "tomli; python_version < '3.11'",
-                                              "rich; extra == 'pretty'", "Typing_Extensions>=4"])
+    wheel = fake_wheel(tmp_path, "demo", ["numpy>=2", "pywin32; sys_platform == 'win32'", "rich; extra == 'pretty'",
+                                          "tomli; python_version < '3.11'", "Typing_Extensions>=4"])
     assert campaign.wheel_requires(wheel) == ["numpy", "typing-extensions"]
 
 
@@ -56,10 +56,14 @@ def test_roots_are_swiftbox_requirements_with_extras_expanded():
     assert "swiftbox" not in roots
 
 
-@pytest.mark.parametrize("argv, word", [(["run", "--parts", "env,nope"], "nope"), ([], "cmd"),
-                                        (["run", "--budget", "x"], "x"), (["plan", "--dest", "/nonexistent"], "prepare")])
+BAD = [(["run", "--parts", "env,nope"], "nope"), ([], "cmd"), (["run", "--budget", "x"], "x"),
+       (["plan", "--dest", "/nonexistent"], "prepare")]
+
+
+@pytest.mark.parametrize("argv, word", BAD)
 def test_bad_input_is_one_line_exit_2(argv, word):
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cuda.py"), *argv], capture_output=True, text=True, cwd=ROOT)
+    script = str(ROOT / "bench" / "cuda.py")
+    r = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and word in r.stderr, r.stderr
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Optional
+from typing import Any, Optional
 
 from swiftbox.pipelines.serve.errors import ApiError, context_exceeded
 from swiftbox.pipelines.serve.protocol import new_id, now, usage
@@ -90,7 +90,7 @@ class Run:
         self.id = new_id("chatcmpl" if hasattr(req, "messages") else "cmpl")
         self.created = now()
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.handles = []
+        self.handles: list[Any] = []
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
 
@@ -101,7 +101,7 @@ class Run:
             p = self.params
             if self.req.n > 1 and p.seed is not None:
                 p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
-            sink = (lambda i: lambda event: self.queue.put_nowait((i, event)))(i)
+            sink = (lambda k: lambda event: self.queue.put_nowait((k, event)))(i)
             self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
 
     def cancel(self) -> None:
@@ -136,7 +136,8 @@ class Run:
 
     async def whole(self, chat: bool) -> dict:
         self.start()
-        texts, reasons = [""] * self.req.n, [None] * self.req.n
+        texts: list[str] = [""] * self.req.n
+        reasons: list[Optional[str]] = [None] * self.req.n
         try:
             async for i, delta, reason in self.events():
                 texts[i] += delta
