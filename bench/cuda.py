@@ -83,7 +83,10 @@ def fail(msg: str) -> SystemExit:
 
 # -- prepare (here) --------------------------------------------------------------------------------
 def roots_from_pyproject() -> list[str]:
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:     # Python 3.10: prepare runs here, where a newer Python is easy to have
+        raise fail("prepare reads pyproject.toml with tomllib: run it with Python 3.11 or newer") from None
     from packaging.requirements import Requirement
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
