@@ -4,19 +4,36 @@
 #   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
-#   SWIFTBOX_TORCH_INDEX=URL                        extra index for torch (e.g. the PyTorch CPU index)
+#   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
+#                                                   "pip" for pip's own configuration (index, find-links)
+#   SWIFTBOX_TORCH_WHEELS=DIR                       offline: install torch from the wheels in DIR only
+#   SWIFTBOX_TORCH_CPU_INDEX=URL                    the CPU index a CPU machine uses by default
+#                                                   (https://download.pytorch.org/whl/cpu)
+#   SWIFTBOX_INSTALL_DRY=1                          print the pip commands instead of running them
+#   SWIFTBOX_INSTALL_ONLY=torch                     stop after torch and its check (tests)
+#   SWIFTBOX_TORCH_SPEC=NAME==VERSION               the torch requirement (tests use a stand-in package)
+# A CPU machine gets torch from the PyTorch CPU index unless a CPU wheel is already at hand (pip's
+# find-links / SWIFTBOX_TORCH_WHEELS): the public index's torch is the CUDA build, several GB of NVIDIA
+# libraries. A torch that is already installed (a vendor's image: torch_npu and vLLM pair with it) is
+# never replaced. On an NPU machine torch and torch_npu come from swiftbox/device/compat_matrix.json
+# for the detected CANN version.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${SWIFTBOX_VENV:-$ROOT/.venv}"
 PY="${SWIFTBOX_PYTHON:-python3}"
-TORCH_CPU="2.13.0"
+TORCH_SPEC="${SWIFTBOX_TORCH_SPEC:-torch==2.13.0}"
+TORCH_PKG="${TORCH_SPEC%%[=<>!~ ]*}"
+CPU_INDEX="${SWIFTBOX_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+DRY="${SWIFTBOX_INSTALL_DRY:-}"
+FLAVOUR="$ROOT/swiftbox/device/torch_flavour.py"
+MATRIX="$ROOT/swiftbox/device/compat_matrix.py"
 
 detect() {
   if command -v npu-smi >/dev/null 2>&1 && npu-smi info >/dev/null 2>&1; then echo npu
   elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda
   else echo cpu; fi
 }
-ACCEL="$(detect)"
+ACCEL="${SWIFTBOX_ACCEL:-$(detect)}"
 case "${SWIFTBOX_EXTRAS:-$ACCEL}" in
   cpu)  EXTRAS="quant,serve,dev" ;;
   cuda) EXTRAS="cuda,dev" ;;
@@ -26,34 +43,96 @@ esac
 
 STAMP="$VENV/.swiftbox-installed"
 WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/install.sh" | sha256sum | cut -c1-16) $EXTRAS"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+if [ -z "$DRY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
 
-echo "swiftbox install: accelerator=$ACCEL extras=[$EXTRAS] venv=$VENV" >&2
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
-INDEX=()
-[ -n "${SWIFTBOX_TORCH_INDEX:-}" ] && INDEX=(--extra-index-url "$SWIFTBOX_TORCH_INDEX")
+say() { echo "swiftbox install: $*" >&2; }
+run() {  # a command that changes the venv; in dry mode only printed
+  if [ -n "$DRY" ]; then echo "+ $*"; else "$@"; fi
+}
+say "accelerator=$ACCEL extras=[$EXTRAS] venv=$VENV${DRY:+ (dry run)}"
+[ -x "$VENV/bin/python" ] || run "$PY" -m venv "$VENV"
+VPY="$VENV/bin/python"
+[ -x "$VPY" ] || VPY="$PY"   # dry run without a venv: probe with the base interpreter
+PIP=("$VPY" -m pip install --disable-pip-version-check -q)
+
+# Where torch comes from on a CPU machine: TORCH_ARGS (pip options) and TORCH_REQ (the requirement).
+cpu_torch_source() {
+  TORCH_REQ="$TORCH_SPEC"
+  if [ -n "${SWIFTBOX_TORCH_WHEELS:-}" ]; then
+    TORCH_ARGS=(--no-index --find-links "$SWIFTBOX_TORCH_WHEELS"); return
+  fi
+  case "${SWIFTBOX_TORCH_INDEX:-}" in
+    pip) TORCH_ARGS=(); return ;;
+    ?*)  TORCH_ARGS=(--index-url "$SWIFTBOX_TORCH_INDEX"); return ;;
+  esac
+  # a CPU wheel already at hand (pip's find-links, e.g. an offline wheel dir)? use exactly that one
+  local report flavour version
+  report="$(mktemp)"
+  if "$VPY" -m pip install --disable-pip-version-check -q --dry-run --ignore-installed --no-deps --no-index \
+       --report "$report" "$TORCH_SPEC" >/dev/null 2>&1; then
+    read -r flavour version < <("$VPY" "$FLAVOUR" report "$report" "$TORCH_PKG")
+    if [ "$flavour" = cpu ]; then
+      rm -f "$report"; TORCH_ARGS=(); TORCH_REQ="$TORCH_PKG==$version"; return
+    fi
+  fi
+  rm -f "$report"
+  TORCH_ARGS=(--index-url "$CPU_INDEX")
+}
 
 # 1. torch first, then pin it: nothing later may replace it (a CPU box must never get a CUDA torch,
 #    an accelerator image keeps the torch its vendor built: torch_npu and vLLM pair with it).
-if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
+HAVE_FLAVOUR="${HAVE_FLAVOUR:-missing}"
+INSTALLED_TORCH=""
+if [ "$HAVE_FLAVOUR" = missing ]; then
   if [ "$ACCEL" = cpu ]; then
-    "${PIP[@]}" "${INDEX[@]}" "torch==$TORCH_CPU"
+    cpu_torch_source
+    say "torch: $TORCH_REQ ${TORCH_ARGS[*]:-(from the pip configuration)}"
+    run "${PIP[@]}" "${TORCH_ARGS[@]}" "$TORCH_REQ"
+  elif [ "$ACCEL" = npu ]; then
+    # torch + torch_npu as one set for this CANN (x86 needs torch's CPU build; aarch64's PyPI torch is CPU)
+    CANN="$("$PY" "$MATRIX" cann 2>/dev/null || true)"
+    WITH_VLLM=""
+    case ",$EXTRAS," in *,vllm,*) WITH_VLLM="--vllm" ;; esac
+    if ! PINS="$("$PY" "$MATRIX" pins "$CANN" $WITH_VLLM)"; then
+      say "error: no known torch/torch_npu${WITH_VLLM:+/vllm-ascend} set for CANN '${CANN:-not found}'; see ./launch.sh doctor and" \
+          "docs/devices.md, or install torch and torch_npu yourself and re-run"
+      exit 1
+    fi
+    NPU_ARGS=()
+    [ "$(uname -m)" = x86_64 ] && NPU_ARGS=(--extra-index-url "${SWIFTBOX_TORCH_INDEX:-$CPU_INDEX}")
+    say "CANN $CANN: installing $PINS"
+    # shellcheck disable=SC2086
+    run "${PIP[@]}" "${NPU_ARGS[@]}" $PINS
   else
-    "${PIP[@]}" "${INDEX[@]}" "torch>=2.11"
+    run "${PIP[@]}" ${SWIFTBOX_TORCH_INDEX:+--index-url "$SWIFTBOX_TORCH_INDEX"} "torch>=2.11"
   fi
+  INSTALLED_TORCH=1
 fi
-TORCH_VERSION="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+if [ -n "$DRY" ]; then say "dry run: stopping before the checks"; exit 0; fi
+read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
+if [ "${HAVE_FLAVOUR:-missing}" = missing ]; then
+  say "ERROR: $TORCH_PKG is not installed in $VENV after the install step; see the pip output above"
+  exit 1
+fi
+if [ "$ACCEL" = cpu ] && [ "$HAVE_FLAVOUR" != cpu ]; then
+  if [ -n "$INSTALLED_TORCH" ]; then
+    run "$VPY" -m pip uninstall -y -q "$TORCH_PKG" || true
+    say "ERROR: pip installed $TORCH_PKG $HAVE_VERSION, a $HAVE_FLAVOUR build, on a machine without a GPU;" \
+        "removed it and stopped. Point SWIFTBOX_TORCH_INDEX at a PyTorch CPU index (or its mirror) or" \
+        "SWIFTBOX_TORCH_WHEELS at a directory holding the CPU wheel, then run ./install.sh again"
+    exit 1
+  fi
+  say "warning: the installed $TORCH_PKG $HAVE_VERSION is a $HAVE_FLAVOUR build on a machine without a GPU;" \
+      "kept as it is (remove $VENV and re-run to get the CPU build)"
+fi
+[ "${SWIFTBOX_INSTALL_ONLY:-}" = torch ] && { say "torch: $HAVE_FLAVOUR $HAVE_VERSION"; exit 0; }
 CONSTRAINTS="$VENV/swiftbox-constraints.txt"
-echo "torch==$TORCH_VERSION" >"$CONSTRAINTS"
-if [ "$ACCEL" = cpu ] && "$VENV/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)'; then
-  echo "swiftbox install: warning: torch $TORCH_VERSION is a CUDA build on a machine without a GPU;" \
-       "set SWIFTBOX_TORCH_INDEX to the PyTorch CPU index and remove $VENV to reinstall" >&2
-fi
+echo "$TORCH_PKG==$HAVE_VERSION" >"$CONSTRAINTS"
 
 # 2. swiftbox and its extras, with torch held where it is
-"${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
+run "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
 echo "$WANT" >"$STAMP"
-echo "swiftbox install: done (torch $TORCH_VERSION)" >&2
+say "done (torch $HAVE_VERSION, $HAVE_FLAVOUR build)"

@@ -58,6 +58,8 @@ typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wra
 # Required somewhere in the tree but not needed by anything the campaign runs.
 NOT_CARRIED = {"schemathesis": "the slow suite's API contract test only", "maturin": "a build tool, never imported",
                "modelscope": "the hub client: the GPU machine is offline and the campaign downloads nothing",
+               "ruff": "the lint gate runs here", "mypy": "the lint gate runs here",
+               "torch-tb-profiler": "TensorBoard's profiler view, for reading traces here",
                "typing-extensions": "the image's own serves", "setuptools": "the image's own serves"}
 PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
               "--abi", "abi3", "--abi", "none"] + [x for n in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",

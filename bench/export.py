@@ -1,9 +1,11 @@
 """`./launch.sh bench export`: the export proofs on the toy task, end to end, as one JSON line.
 
 Trains a small LoRA adapter on the bundled parity task with a plain PEFT loop (independent of the sft
-pipeline), then runs the merge and quantize steps and measures greedy task accuracy of the adapter, the
-merged model and the GPTQ export on recipes/data/parity_eval.jsonl, plus the steps' own figures.
-Options: --steps N (default 300), --lr (1e-3), --bits 4|8, --out DIR (default runs/bench-export).
+pipeline), then runs the merge step and one quantize step per export method, and measures greedy task
+accuracy of the adapter, the merged model and each export on recipes/data/parity_eval.jsonl, the steps'
+own figures, and the pre-deploy gate (`verify`) on each export plus the adapter's fit for vLLM.
+Options: --steps N (default 300), --lr (1e-3), --bits 4|8, --methods gptq,awq,bnb, --out DIR
+(default runs/bench-export).
 """
 from __future__ import annotations
 
@@ -95,12 +97,14 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--bits", type=int, default=4, choices=[4, 8])
+    parser.add_argument("--methods", default="gptq,awq,bnb", help="comma-separated quantize methods")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)
     from swiftbox.compat import gptqmodel_env
 
     gptqmodel_env()
     import swiftbox as sb
+    from swiftbox.verify import verify
 
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -109,18 +113,29 @@ def main(argv=None) -> None:
     final_loss = train_adapter(out / "adapter", args.steps, args.lr)
     train_s = time.time() - t0
     merge = sb.merge(str(out / "adapter"), output=str(out / "merged"))["metrics"]
-    quant = sb.quantize(str(out / "merged"), output=str(out / "gptq"), bits=args.bits)["metrics"]
     result = {
         "bench": "export", "train_steps": args.steps, "train_loss": final_loss, "train_seconds": round(train_s, 1),
         "accuracy_base": accuracy("toy"), "accuracy_adapter": accuracy(str(out / "adapter")),
-        "accuracy_merged": accuracy(str(out / "merged")), f"accuracy_gptq{args.bits}": accuracy(str(out / "gptq")),
-        "merge_max_abs_logit_diff": merge["max_abs_logit_diff"], "merge_seconds": merge["seconds"],
-        "quantize_seconds": quant["quantize_seconds"], "quantize_step_seconds": quant["seconds"],
-        "size_ratio": quant["size_ratio"], "size_bytes": quant["size_bytes"],
-        "source_size_bytes": quant["source_size_bytes"], "perplexity_before": quant["perplexity_before"],
-        "perplexity_after": quant["perplexity_after"], "gptq_argmax_agreement": quant["argmax_agreement"],
-        "gptq_cosine_mean": quant["cosine_mean"],
+        "accuracy_merged": accuracy(str(out / "merged")),
+        "merge_max_abs_logit_diff": merge["max_abs_logit_diff"], "merge_seconds": merge["seconds"], "exports": {},
     }
+    vllm_fit = verify(str(out / "adapter"), engine="vllm", serve=False)
+    result["adapter_vllm_failures"] = [c.line() for c in vllm_fit.failures]  # modules_to_save=["norm"] here
+    for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
+        bits = 4 if method == "awq" else args.bits
+        target = out / f"{method}{bits}"
+        quant = sb.quantize(str(out / "merged"), output=str(target), method=method, bits=bits)["metrics"]
+        started = time.time()
+        gate = verify(str(target))
+        result["exports"][method] = {
+            "bits": bits, "accuracy": accuracy(str(target)), "size_ratio": quant["size_ratio"],
+            "size_bytes": quant["size_bytes"], "source_size_bytes": quant["source_size_bytes"],
+            "quantize_seconds": quant["quantize_seconds"], "quantize_step_seconds": quant["seconds"],
+            "perplexity_before": quant["perplexity_before"], "perplexity_after": quant["perplexity_after"],
+            "argmax_agreement": quant["argmax_agreement"], "cosine_mean": quant["cosine_mean"],
+            "verify_ok": gate.ok, "verify_failures": [c.line() for c in gate.failures],
+            "verify_seconds": round(time.time() - started, 1),
+        }
     print(json.dumps(result))
 
 

@@ -31,7 +31,7 @@ class DeviceFacts:
         return f"{self.name} · {self.count} device{plural} · {mem}{free} · {self.dtype}"
 
 
-MENU_FEATURES = ("qlora-bnb", "gptq", "vllm", "bnb", "multi-device")
+MENU_FEATURES = ("qlora-bnb", "gptq", "awq", "fp8", "gguf", "vllm", "bnb", "multi-device")
 
 
 def collect() -> DeviceFacts:

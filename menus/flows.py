@@ -22,6 +22,26 @@ class Flow:
     title: str                                         # main-menu title
     questions: Callable[[MenuSession], list]           # [(key, ask(state)), ...]
     step: Callable[[dict], dict]                       # answers -> the step's settings
+    needs: tuple[str, ...] = ()                        # device features without which the task cannot run
+
+
+def refusal(session: MenuSession, flow: Flow, carry: Optional[str] = None) -> Optional[str]:
+    """Why `flow` cannot run here at all (a device capability, or a carried input it cannot take), before
+    any question is asked; None when it can."""
+    from menus import artifacts
+
+    if flow.needs:
+        facts = session.probe.facts()
+        for feature in flow.needs:
+            why = facts.why_not(feature) if facts else None
+            if why:
+                return f"{feature} is not available on this {facts.name}: {why}"
+    if carry:
+        found = artifacts.describe(carry)
+        why = artifacts.refusal(found, flow.kind) if found else None
+        if why:
+            return f"{carry}: {why}"
+    return None
 
 
 def build_recipe(session: MenuSession, flow: Flow, state: dict) -> dict:
@@ -66,7 +86,7 @@ def _train_settings(kind: str, state: dict, extra: dict) -> dict:
 
 SFT = Flow(
     "sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)",
-    lambda s: [("model", q.model(s, "Model to fine-tune:", types=("model",))),
+    lambda s: [("model", q.model(s, "Model to fine-tune:", types=("model",), task="sft")),
                ("dataset", q.dataset(s, "sft")),
                ("method", q.method(s, "sft")),
                ("rank", q.lora_rank("sft")),
@@ -77,7 +97,7 @@ SFT = Flow(
 
 DPO = Flow(
     "dpo", "Align (DPO)",
-    lambda s: [("model", q.model(s, "Model or SFT adapter to align:")),
+    lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task="dpo")),
                ("dataset", q.dataset(s, "dpo", "Preference data (prompt / chosen / rejected):")),
                ("method", q.method(s, "dpo")),
                ("rank", q.lora_rank("dpo")),
@@ -165,7 +185,7 @@ def _merge_base(state: dict):
 
 MERGE = Flow(
     "merge", "Merge adapter",
-    lambda s: [("model", q.model(s, "Adapter to merge:", types=("adapter",), presets=False)),
+    lambda s: [("model", q.model(s, "Adapter to merge:", types=("adapter",), presets=False, task="merge")),
                ("base", _merge_base),
                ("output", q.output(s, "merge"))],
     lambda st: _clean({"base": st.get("base")}),
@@ -175,21 +195,35 @@ MERGE = Flow(
 def _quantize_method(s: MenuSession):
     def ask(state: dict):
         facts = s.probe.facts()
-        why = facts.why_not("gptq") if facts else None
-        return q.pick("Method:", "method", [("GPTQ (gptqmodel)", "gptq", why), ("Back", BACK)], "gptq")(state)
+        options = [(label, method, facts.why_not(method) if facts else None)
+                   for label, method in QUANT_METHODS]
+        return q.pick("Method:", "method", [*options, ("Back", BACK)], "gptq")(state)
 
     return ask
 
 
+QUANT_METHODS = (("GPTQ 4/8-bit (gptqmodel)", "gptq"), ("AWQ 4-bit (gptqmodel)", "awq"),
+                 ("bitsandbytes NF4 / int8", "bnb"), ("FP8 (Ada/Hopper GPUs)", "fp8"),
+                 ("GGUF for llama.cpp / Ollama", "gguf"))
+
+
+def _quantize_bits(state: dict):
+    from swiftbox.steps import QUANT_METHOD_BITS
+
+    allowed = QUANT_METHOD_BITS.get(state.get("method"), (4, 8))
+    return q.pick("Bits:", "bits", [(f"{b}-bit", b) for b in allowed], allowed[0])(state)
+
+
 QUANTIZE = Flow(
     "quantize", "Quantize",
-    lambda s: [("model", q.model(s, "Model to quantize:", types=("model",))),
+    lambda s: [("model", q.model(s, "Model to quantize:", types=("model",), task="quantize")),
                ("method", _quantize_method(s)),
-               ("bits", q.pick("Bits:", "bits", [("4-bit", 4), ("8-bit", 8)], 4)),
+               ("bits", _quantize_bits),
                ("dataset", q.dataset(s, "sft", "Calibration data:",
                                      optional="the data this model was trained on (from its manifest)")),
                ("output", q.output(s, "quantize"))],
     lambda st: _clean({"method": st["method"], "bits": st["bits"], "dataset": st.get("dataset")}),
+    needs=("gptq",),
 )
 
 DOWNLOAD = Flow(

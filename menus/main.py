@@ -25,6 +25,7 @@ ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no
     ("merge", "Merge adapter"),
     ("quantize", "Quantize"),
     ("serve", "Serve (OpenAI API)"),
+    ("diagnose", "Diagnose (profile, compare runs, precision)"),
     ("recipe", "Run a recipe"),
     ("doctor", "Device & environment (doctor)"),
     ("quit", "Quit"),
@@ -85,6 +86,13 @@ def goodbye(session: MenuSession) -> int:
 def dispatch(session: MenuSession, action: str) -> None:
     if action == "doctor":
         return doctor(session)
+    if action == "diagnose":
+        from menus.diagnose import diagnose
+
+        outcome = diagnose(session)
+        if outcome is not None and outcome is not BACK and outcome.last_output:
+            follow_up(session, *outcome.last_output)
+        return None
     if action == "recipe":
         from menus.recipe_files import run_recipe_file
 
@@ -96,8 +104,12 @@ def dispatch(session: MenuSession, action: str) -> None:
 
 
 def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
-    from menus.flows import FLOWS, run_flow
+    from menus.flows import FLOWS, refusal, run_flow
 
+    reason = refusal(session, FLOWS[kind], carry)
+    if reason:
+        session.echo(f"  {dict(ITEMS).get(kind, kind)}: {reason}. Nothing was asked.")
+        return
     outcome = run_flow(session, FLOWS[kind], carry)
     if outcome is not BACK and outcome.last_output:
         follow_up(session, *outcome.last_output)
@@ -112,6 +124,7 @@ def follow_up(session: MenuSession, kind: str, output: str) -> None:
 
 def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     from menus.artifacts import describe
+    from menus.flows import FLOWS, refusal
 
     options = NEXT.get(kind)
     if not options:
@@ -122,7 +135,8 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     for step, title in options:
         if step == "merge" and not is_adapter:
             continue
-        choices.append(widgets.choice(f"{title}  ({output})", step))
+        why = step in FLOWS and refusal(session, FLOWS[step], output)
+        choices.append(widgets.choice(f"{title}  ({output})", step, disabled=why or None))
     choices.append(widgets.choice("Back to the main menu", BACK))
     answer = widgets.select(f"{kind} finished. Next?", choices)
     return None if answer is BACK else answer

@@ -56,8 +56,9 @@ def check_model_ref(raw: str):
 
 
 def model(session: MenuSession, message: str = "Model:", types: Iterable[str] = ("model", "adapter"),
-          presets: bool = True) -> Callable[[dict], Any]:
-    """Recent artifacts of `types`, then toy and the registry's presets, then free text."""
+          presets: bool = True, task: Optional[str] = None) -> Callable[[dict], Any]:
+    """Recent artifacts of `types` (those `task` cannot take greyed out with the reason), then toy and the
+    registry's presets, then free text."""
     types = tuple(types)
 
     def ask(state: dict):
@@ -67,15 +68,16 @@ def model(session: MenuSession, message: str = "Model:", types: Iterable[str] = 
         recent = artifacts.recent(session.runs_dir, types)
         if recent:
             choices.append(Separator("── recent outputs (runs/) ──"))
-            choices += [widgets.choice(a.title, a.path) for a in recent]
+            choices += [widgets.choice(a.title, a.path, disabled=artifacts.refusal(a, task)) for a in recent]
         options = registry.model_options() if presets else []
         if options:
             choices.append(Separator("── models ──"))
             choices += [widgets.choice(o.title, o.ref) for o in options]
         other = "Other: a ModelScope id, hf:ORG/NAME or a local directory" if presets else "Other: a directory"
         choices.append(widgets.choice(other, OTHER))
+        first = next(c.value for c in choices if not isinstance(c, Separator) and not c.disabled)
         while True:
-            answer = widgets.select(message, choices, default=state.get("model"))
+            answer = widgets.select(message, choices, default=state.get("model") or first)
             if answer != OTHER:
                 return answer
             typed = widgets.text("Model reference:", default=state.get("model") or "", validate=check_model_ref,

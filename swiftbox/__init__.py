@@ -18,10 +18,10 @@ def _is_step_kind(name: str) -> bool:
 
 
 def __getattr__(name: str):
-    if name == "parity":  # a callable module: sb.parity(a, b) and `import swiftbox.parity` agree
+    if name in ("parity", "verify"):  # callable modules: sb.parity(a, b) / sb.verify(path) and their imports agree
         import importlib
 
-        return importlib.import_module("swiftbox.parity")
+        return importlib.import_module(f"swiftbox.{name}")
     if name in _API or (name != "base" and _is_step_kind(name)):
         from swiftbox import api
 

@@ -18,7 +18,8 @@ from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
+PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
+               "compare": "compare_args", "precision": "precision_args", "verify": "verify_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
 DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 
@@ -30,14 +31,23 @@ def _is_list_type(annotation) -> bool:
     return any(_is_list_type(a) for a in typing.get_args(annotation))
 
 
-def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "") -> None:
+def _model_in(annotation):
+    """The pydantic model class of `annotation` (`Model` or `Optional[Model]`), else None."""
     from pydantic import BaseModel
 
+    for ann in (annotation, *typing.get_args(annotation)):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+    return None
+
+
+def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "") -> None:
     for name, field in schema.model_fields.items():
         dest = f"{prefix}{name}"
         ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            _add_schema_flags(parser, ann, prefix=f"{dest}.")
+        block = _model_in(ann)
+        if block is not None:  # a nested block (lora:, profile:) becomes --block.key flags
+            _add_schema_flags(parser, block, prefix=f"{dest}.")
             continue
         names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
         names += [] if prefix else ALIASES.get(name, [])
@@ -76,7 +86,7 @@ def _wants_list(schema, parts: list[str]) -> bool:
     if field is None:
         return False
     if len(parts) > 1:
-        return _wants_list(field.annotation, parts[1:])
+        return _wants_list(_model_in(field.annotation), parts[1:])
     origin = typing.get_origin(field.annotation)
     args = typing.get_args(field.annotation)
     # Optional[list[...]] / dict: always a list; Union[str, list[str]]: a single value stays a string
@@ -100,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None)
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
     p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -122,14 +134,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
 
     sub.add_parser("menu", help="the interactive menu (same as no command)")
-    sub.add_parser("models", help="list the model presets")
+    p = sub.add_parser("models", help="list the model presets")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("parity", help="compare the logits of two models on a probe set")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
+    p = sub.add_parser("compare", help="config check of two runs from their manifests (exit 1 when they differ)")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("compare_args", nargs=argparse.REMAINDER)
+
+    p = sub.add_parser("precision", help="layer-by-layer compare of two sides (model@device:dtype), first culprit")
+    p.add_argument("a", nargs="?", default=None)
+    p.add_argument("b", nargs="?", default=None)
+    p.add_argument("precision_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("verify", help="pre-deploy gate: files, engine fit, parity chain up to the served model",
+                       description="verify ARTIFACT [--engine builtin|vllm] [--against BASE_OR_ADAPTER] [--probe FILE] "
+                                   "[--dtype D] [--device D] [--no-serve] [--json]; exit 1 when a check fails "
+                                   "(docs/export.md)")
+    p.add_argument("artifact", help="model, adapter, merged or quantized directory")
+    p.add_argument("verify_args", nargs=argparse.REMAINDER)
+
     for kind, schema in STEP_TYPES.items():
+        if kind == "verify":  # its own parser above: a table on the terminal, no output directory
+            continue
         p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help=DEVICE_HELP)
@@ -147,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")
+    elif argv[:1] == ["precision"] and "-h" not in argv and "--help" not in argv:
+        # sides come as positionals or --a/--b; its own parser sees the arguments in order
+        args = argparse.Namespace(command="precision", a=None, b=None, precision_args=argv[1:])
     else:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -162,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("swiftbox: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `./launch.sh models | head` closed the pipe early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -178,7 +215,7 @@ def dispatch(args: argparse.Namespace) -> int:
         from swiftbox.runner import run_recipe
 
         summary = run_recipe(recipe, args.overrides, runs_root=args.runs_root)
-        print_summary(summary)
+        print_summary(summary, as_json=args.json)
         return 0
     if command == "doctor":
         from swiftbox.device.doctor import doctor
@@ -193,11 +230,23 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "models":
         from swiftbox.modeling.registry import print_models
 
-        return print_models()
+        return print_models(as_json=args.json)
     if command == "parity":
         from swiftbox.parity import parity_cli
 
         return parity_cli(args.a, args.b, args.parity_args)
+    if command == "compare":
+        from swiftbox.diagnose.compare import compare_cli
+
+        return compare_cli(args.a, args.b, args.compare_args)
+    if command == "precision":
+        from swiftbox.diagnose.precision import precision_cli
+
+        return precision_cli(args.a, args.b, args.precision_args)
+    if command == "verify":
+        from swiftbox.verify import verify_cli
+
+        return verify_cli(args.artifact, args.verify_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 

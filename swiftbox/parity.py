@@ -165,8 +165,9 @@ def check(result: dict, max_diff: Optional[float] = None, min_cosine: Optional[f
 
 
 def print_table(result: dict, broken: list[str]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from swiftbox.tables import console
 
     table = Table(title=f"parity on {result['prompts']} prompts ({result['positions']} positions, "
                         f"{result['dtype']}, {result['device']})")
@@ -177,7 +178,7 @@ def print_table(result: dict, broken: list[str]) -> None:
     for key in ("cosine_min", "cosine_mean", "max_abs_diff", "mean_abs_diff", "argmax_agreement"):
         table.add_row(key, f"{result[key]:.6g}")
     table.add_row("verdict", "FAIL: " + "; ".join(broken) if broken else "ok")
-    Console().print(table)
+    console().print(table)
 
 
 def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:

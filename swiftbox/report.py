@@ -16,9 +16,14 @@ def format_value(value) -> str:
     return str(value)
 
 
-def print_summary(summary: dict) -> None:
-    from rich.console import Console
+def print_summary(summary: dict, as_json: bool = False) -> None:
     from rich.table import Table
+
+    from swiftbox.tables import console, print_json
+
+    if as_json:
+        print_json(summary)
+        return
 
     table = Table(title=f"recipe {summary['recipe']} on {summary['device']}")
     table.add_column("#", justify="right")
@@ -31,6 +36,6 @@ def print_summary(summary: dict) -> None:
         keys = [k for k in KEY_METRICS if k in metrics] + [k for k in metrics if k not in KEY_METRICS]
         shown = ", ".join(f"{k}={format_value(metrics[k])}" for k in keys[:5])
         table.add_row(str(i), entry["step"], "yes" if entry["ok"] else "NO", shown, str(entry.get("output") or ""))
-    Console().print(table)
+    console().print(table)
     if summary.get("summary_path"):
         print(f"summary: {summary['summary_path']}")

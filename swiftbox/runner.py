@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from swiftbox import logs
 from swiftbox.artifacts import MANIFEST, commit_output, prepare_output, write_json_atomic
 from swiftbox.device import Platform, current_platform
+from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import UserError
 from swiftbox.pipelines import load_pipeline
 from swiftbox.pipelines.base import StepContext, StepResult
@@ -111,6 +112,7 @@ def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, 
         "timings": {"started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
                     "seconds": round(time.time() - started, 3)},
         "metrics": result.metrics,
+        **step_fingerprint(step.config, ctx.input or None),   # data / weight hashes, seeds, env: for `compare`
         **result.info,
     }
 

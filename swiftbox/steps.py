@@ -34,6 +34,28 @@ class LoraConfig(Strict):
     targets: Union[str, list[str]] = Field("all-linear", description="target modules: all-linear or a list of names")
 
 
+class ProfileConfig(Strict):
+    """A profiler window over training steps (torch.profiler.schedule semantics): skip `wait` steps, warm up
+    for `warmup`, record `active`, `repeat` times (0: until training ends). Output: <out>/profile/."""
+    wait: int = Field(1, ge=0, description="profile: steps to skip before each cycle")
+    warmup: int = Field(1, ge=0, description="profile: steps traced but discarded (warm-up) per cycle")
+    active: int = Field(3, ge=1, description="profile: steps recorded per cycle")
+    repeat: int = Field(1, ge=0, description="profile: cycles (0: repeat until training ends)")
+    record_shapes: bool = Field(False, description="profile: record operator input shapes")
+    profile_memory: bool = Field(True, description="profile: track tensor allocations (peak memory in the window)")
+    with_stack: bool = Field(False, description="profile: record Python stacks (large traces)")
+    level: Literal["level_none", "level0", "level1", "level2"] = Field(
+        "level0", description="profile (Ascend only): torch_npu ProfilerLevel")
+    aic_metrics: Literal["none", "pipe_utilization", "arithmetic_utilization", "memory", "memory_l0", "memory_ub",
+                         "resource_conflict_ratio", "l2_cache"] = Field(
+        "none", description="profile (Ascend only): AI Core metrics (need level1 or level2)")
+    l2_cache: bool = Field(False, description="profile (Ascend only): collect L2 cache data")
+
+    def last_step(self) -> int:
+        """The last training step (1-based) the window records; with repeat 0, the end of the first cycle."""
+        return (self.wait + self.warmup + self.active) * max(self.repeat, 1)
+
+
 class TrainBase(StepBase):
     dataset: Union[str, list[str]] = Field(..., description="jsonl/json/parquet path(s); 'path#N' samples N rows")
     eval_dataset: Optional[Union[str, list[str]]] = Field(None, description="held-out data for eval loss")
@@ -44,7 +66,12 @@ class TrainBase(StepBase):
     learning_rate: float = Field(1e-4, gt=0, lt=1)
     batch_size: int = Field(4, ge=1, description="per-device batch size")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
-    max_length: int = Field(1024, ge=8, description="truncate samples to this many tokens")
+    max_length: int = Field(1024, ge=8, description="tokens per sample: longer prompts lose tokens from the left "
+                                                    "(system prompt and reply kept)")
+    max_row_chars: int = Field(1_000_000, ge=1, description="refuse a dataset row longer than this (checked before "
+                                                            "tokenizing)")
+    chat_template: Optional[str] = Field(None, description="a .jinja file used instead of the tokenizer's chat "
+                                                           "template")
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
     lr_scheduler: str = Field("cosine", description="transformers scheduler name")
@@ -63,6 +90,23 @@ class TrainBase(StepBase):
     master_port: int = Field(29500, ge=1, le=65535, description="free TCP port on node 0 for the rendezvous")
     deepspeed: Optional[str] = Field(None, description="zero2 | zero3 | zero3_offload | path to a DeepSpeed json")
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
+    profile: Optional[ProfileConfig] = Field(None, description="profiler window (docs/training.md); `profile: {}` "
+                                             "takes the defaults")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_switch(cls, value: Any) -> Any:
+        return {} if value is True else (None if value is False else value)
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_within_run(cls, value: Optional[ProfileConfig], info: ValidationInfo) -> Optional[ProfileConfig]:
+        # with max_steps known up front, a window past the end is bad input now (epoch-based runs: at train start)
+        max_steps = info.data.get("max_steps", -1)
+        if value is not None and max_steps > 0 and value.last_step() > max_steps:
+            raise ValueError(f"the window ends at step {value.last_step()} but max_steps is {max_steps}; "
+                             "shorten the window or train longer")
+        return value
 
     @field_validator("deepspeed")
     @classmethod
@@ -163,24 +207,67 @@ class MergeStep(StepBase):
         return self
 
 
-class QuantizeStep(StepBase):
-    """GPTQ 4/8-bit export"""
+class QuantTolerance(Strict):
+    """Bounds the quantize step fails past; unset fields keep the documented defaults (docs/export.md)."""
 
-    method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
-    bits: Literal[4, 8] = Field(4, description="4 or 8")
-    group_size: int = Field(128, description="GPTQ group size (-1 = per-channel); lowered to one that divides every "
-                            "layer's input width when needed")
+    min_cosine: Optional[float] = Field(None, ge=0, le=1, description="mean logit cosine vs the source on the probe")
+    min_argmax_agreement: Optional[float] = Field(None, ge=0, le=1, description="top-1 agreement with the source")
+    max_perplexity_ratio: Optional[float] = Field(None, gt=0, description="held-out perplexity after / before")
+    max_accuracy_drop: Optional[float] = Field(None, ge=0, le=1, description="eval accuracy before - after")
+    max_size_ratio: Optional[float] = Field(None, gt=0, description="weight bytes of the export / the source")
+
+
+QUANT_METHOD_BITS = {"gptq": (4, 8), "awq": (4,), "bnb": (4, 8), "fp8": (8,), "gguf": (4, 8)}
+
+
+class QuantizeStep(StepBase):
+    """export: GPTQ / AWQ 4-bit, bitsandbytes NF4 / int8, FP8 (GPU), each quality-gated"""
+
+    method: Literal["gptq", "awq", "bnb", "fp8", "gguf"] = Field(
+        "gptq", description="gptq | awq (gptqmodel 7.6.0) | bnb (bitsandbytes NF4 / int8) | fp8 (FP8 GPUs) | "
+                            "gguf (refused: needs llama.cpp's converter script)")
+    bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only")
+    group_size: int = Field(128, description="GPTQ/AWQ group size (-1 = per-channel); lowered to one that divides "
+                            "every layer's input width when needed")
     desc_act: bool = Field(False, description="GPTQ act-order: quantize columns by decreasing activation size")
-    sym: bool = Field(True, description="symmetric quantization")
+    sym: bool = Field(True, description="symmetric quantization (AWQ: false = with zero points)")
     damp_percent: float = Field(0.05, gt=0, lt=1, description="GPTQ Hessian dampening")
     dataset: Optional[str] = Field(None, description="calibration data (.jsonl/.json/.txt); default: the lineage's "
                                    "training data, else bundled text")
+    eval_dataset: Optional[str] = Field(None, description="questions with reference answers: accuracy before and "
+                                        "after is measured and gated (max_accuracy_drop)")
     samples: int = Field(128, ge=1, description="calibration samples")
     max_length: int = Field(512, ge=8, description="truncate calibration samples to this many tokens")
     batch_size: int = Field(8, ge=1, description="calibration batch size")
-    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ kernels "
+    dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ/AWQ kernels "
                          "run in 16-bit, so auto/float32 mean bfloat16 where supported, else float16")
     max_shard_size: str = Field("2GB", description="largest safetensors shard")
+    tolerance: QuantTolerance = Field(default_factory=QuantTolerance)
+
+    @field_validator("bits")
+    @classmethod
+    def _bits_for_method(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        allowed = QUANT_METHOD_BITS.get(info.data.get("method", "gptq"), (4, 8))
+        if value is not None and value not in allowed:
+            raise ValueError(f"{value} is not available with method {info.data.get('method', 'gptq')}; "
+                             f"expected {' or '.join(map(str, allowed))}")
+        return value
+
+    @model_validator(mode="after")
+    def _default_bits(self) -> QuantizeStep:
+        if self.bits is None:
+            self.bits = 8 if self.method == "fp8" else 4
+        return self
+
+
+class VerifyStep(StepBase):
+    """pre-deploy gate: files, engine fit, parity chain up to the served model"""
+
+    engine: Literal["builtin", "vllm"] = Field("builtin", description="the engine the artifact will be deployed on")
+    against: Optional[str] = Field(None, description="base model or adapter to start the parity chain from")
+    serve: bool = Field(True, description="ask the model through the engine over HTTP (the last parity link)")
+    probe: Optional[str] = Field(None, description="prompts (.txt one a line, or .jsonl); default: built-in")
+    dtype: Dtype = "auto"
 
 
 class ServeStep(StepBase):
@@ -253,6 +340,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,
+    "verify": VerifyStep,
     "serve": ServeStep,
     "chat": ChatStep,
 }

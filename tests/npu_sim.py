@@ -42,6 +42,62 @@ def install_fake_npu(soc: str = "Ascend910B2", count: int = 8) -> None:
     torch._register_device_module("npu", npu)
 
 
+def install_fake_npu_profiler() -> dict:
+    """torch_npu.profiler as its documented API names it (profile, schedule, ProfilerActivity, ProfilerLevel,
+    AiCMetrics, _ExperimentalConfig, tensorboard_trace_handler); every call is recorded in the returned dict."""
+    calls: dict = {"steps": 0}
+    prof = types.ModuleType("torch_npu.profiler")
+    prof.ProfilerActivity = types.SimpleNamespace(CPU="Activity.CPU", NPU="Activity.NPU")
+    prof.ProfilerLevel = types.SimpleNamespace(Level_none="Level_none", Level0="Level0", Level1="Level1",
+                                               Level2="Level2")
+    prof.AiCMetrics = types.SimpleNamespace(AiCoreNone="AiCoreNone", PipeUtilization="PipeUtilization",
+                                            ArithmeticUtilization="ArithmeticUtilization", Memory="Memory",
+                                            MemoryL0="MemoryL0", MemoryUB="MemoryUB",
+                                            ResourceConflictRatio="ResourceConflictRatio", L2Cache="L2Cache")
+    prof._ExperimentalConfig = lambda **kw: calls.setdefault("experimental_config", kw) and ("config", kw)
+    prof.schedule = lambda **kw: calls.setdefault("schedule", kw) and ("schedule", kw)
+    prof.tensorboard_trace_handler = lambda dir_name, worker_name=None, **kw: (
+        calls.setdefault("handler", {"dir_name": dir_name, "worker_name": worker_name}) and "handler")
+
+    class Profile:
+        def __init__(self, **kw):
+            calls["profile"] = {k: v for k, v in kw.items()}
+
+        def start(self):
+            calls["started"] = True
+
+        def step(self):
+            calls["steps"] += 1
+
+        def stop(self):
+            calls["stopped"] = True
+
+    prof.profile = Profile
+    sys.modules["torch_npu"].profiler = prof
+    sys.modules["torch_npu.profiler"] = prof
+    return calls
+
+
+def profiler_plan(trace_dir: str) -> dict:
+    from swiftbox.device import current_platform
+    from swiftbox.steps import ProfileConfig
+
+    calls = install_fake_npu_profiler()
+    settings = ProfileConfig(wait=1, warmup=1, active=2, repeat=2, level="level1", aic_metrics="pipe_utilization",
+                             l2_cache=True, record_shapes=True)
+    platform = current_platform()
+    prof = platform.profiler(settings, trace_dir, worker="rank3")
+    prof.start()
+    prof.step()
+    prof.stop()
+    out = Path(trace_dir) / "rank3_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out / "trace_view.json").write_text("[]")
+    calls["traces"] = [str(p) for p in platform.profiler_traces(trace_dir)]
+    calls["platform"] = platform.name
+    return json.loads(json.dumps(calls, default=str))
+
+
 def plan() -> dict:
     import accelerate
     from transformers.utils import is_torch_npu_available
@@ -67,6 +123,8 @@ if __name__ == "__main__":
     install_fake_npu(sys.argv[1])
     if sys.argv[2] == "plan":
         print(json.dumps(plan()))
+    elif sys.argv[2] == "profiler":
+        print(json.dumps(profiler_plan(sys.argv[3])))
     else:
         from swiftbox.cli import main
 

@@ -57,7 +57,8 @@ def test_dpo_continues_the_sft_adapter_against_the_sft_policy(tmp_path):
 
 def test_dpo_nan_guard_and_reference_adapter(tmp_path):
     rows = [json.loads(line) for line in open(DPO_DATA)][:16]
-    rows.append({"prompt": "Is 12 even? " * 60, "chosen": "yes", "rejected": "no"})   # truncates to no answer
+    rows.append({"prompt": "Is 12 even? " * 60, "chosen": "yes", "rejected": "no"})   # cut from the left, kept
+    rows.append({"prompt": "Is 12 even?", "chosen": "", "rejected": "no"})            # empty reply: dropped
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ref = run(tmp_path, "r", {"sft": {"dataset": SFT_DATA + "#32", "max_steps": 2, "learning_rate": 5e-3, **FAST}})
@@ -65,7 +66,7 @@ def test_dpo_nan_guard_and_reference_adapter(tmp_path):
     summary = run(tmp_path, "n", {"dpo": {"dataset": str(data), "max_steps": 3, "max_length": 64,
                                           "ref_adapter": ref_dir, "loss_type": "ipo", **FAST}})
     m = summary["steps"][0]["metrics"]
-    assert m["dropped_pairs"] == 1 and m["pairs"] == 16
+    assert m["dropped_pairs"] == 1 and m["truncated_pairs"] == 1 and m["pairs"] == 17
     assert math.isfinite(m["train_loss"]) and math.isfinite(m["loss_last"])
     assert read_manifest(tmp_path / "n" / "dpo")["reference"] == f"adapter {ref_dir}"
 

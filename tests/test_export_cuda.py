@@ -67,3 +67,24 @@ def test_gptq_on_gpu(bits, tmp_path):
         assert generated.shape[1] > batch["input_ids"].shape[1]
     print(json.dumps({"bits": bits, **{k: metrics[k] for k in ("quantize_seconds", "size_ratio", "cosine_mean",
                                                                 "perplexity_ratio")}}))
+
+
+@pytest.mark.parametrize("method", ["fp8", "awq"])
+def test_fp8_and_awq_on_gpu(method, tmp_path):
+    """FP8 needs compute capability 8.9+ (refused with exit 3 below it); AWQ packs with the GEMM layout."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import swiftbox as sb
+    from swiftbox.device import current_platform
+    from swiftbox.errors import Unsupported
+
+    if method == "fp8" and not current_platform("cuda").supports("fp8"):
+        with pytest.raises(Unsupported, match="FP8"):
+            sb.quantize(str(shared_merged()), output=str(tmp_path / "q"), method="fp8", device="cuda")
+        return
+    out = tmp_path / method
+    metrics = sb.quantize(str(shared_merged()), output=str(out), method=method, device="cuda")["metrics"]
+    assert metrics["quantized_modules"] == metrics["linear_modules"] > 0
+    model = AutoModelForCausalLM.from_pretrained(out, device_map="cuda:0")
+    assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear

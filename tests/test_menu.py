@@ -120,10 +120,19 @@ def test_ctrl_c_while_serving_stops_the_server_and_returns_to_main(tmp_path, mon
 
 
 def test_quantize_refused_here_offers_only_back(tmp_path, monkeypatch, built):
-    session = make_session(tmp_path)  # FACTS refuses gptq
+    refused = {m: f"{m} is not available here; use a GPU machine" for m in ("gptq", "awq", "bnb", "fp8", "gguf")}
+    session = make_session(tmp_path, DeviceFacts(**{**FACTS.__dict__, "refusals": refused}))
     with keys(monkeypatch, [ENTER, ENTER, ESC]):  # model, method: Enter can only take "Back", model: Esc
         assert run_flow(session, FLOWS["quantize"]) is BACK
     assert session.run.recipes == []
+
+
+def test_quantize_skips_refused_methods_and_offers_each_method_its_bits(tmp_path, monkeypatch, built):
+    session = make_session(tmp_path)  # FACTS refuses gptq: Enter on the method lands on AWQ, which is 4-bit only
+    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]):
+        outcome = run_flow(session, FLOWS["quantize"])
+    kind, step = only_step(outcome.recipe)
+    assert kind == "quantize" and step["method"] == "awq" and step["bits"] == 4
 
 
 # -- device-aware choices -------------------------------------------------------------------------
@@ -418,3 +427,18 @@ def test_menu_needs_a_terminal(cli):
     proc = cli("menu", input="")
     assert proc.returncode == 2 and "interactive terminal" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_diagnose_compare_runs_the_config_check(tmp_path, monkeypatch, capsys):
+    for name, seed in (("a", 1), ("b", 2)):
+        (tmp_path / name).mkdir()
+        manifest = {"kind": "sft", "device": "cpu", "seeds": {"seed": seed}, "config": {"seed": seed, "epochs": 1}}
+        (tmp_path / name / "swiftbox.json").write_text(json.dumps(manifest))
+    session = make_session(tmp_path)
+    with keys(monkeypatch, [UP + UP + UP + UP + ENTER, DOWN + ENTER, str(tmp_path / "a") + ENTER,
+                            str(tmp_path / "b") + ENTER, ENTER, CTRL_C]) as seen:
+        # main: Diagnose; Compare two runs; run A; run B; pause; quit
+        main.run_menu(session)
+    assert any("Diagnose" in s for s in seen)
+    assert "  the runs differ (see the table)" in session.echoed
+    assert "seed" in capsys.readouterr().out

@@ -23,7 +23,7 @@ def test_doctor_then_quit(tmp_path):
         term.wait_for("GiB", timeout=60)  # the header fills in once the platform is resolved
         term.type("Device")
         term.keys("Enter")
-        term.wait_for("capabilities", timeout=60)
+        term.wait_for("capabilities", timeout=60, history=True)  # the table is taller than the pane
         term.wait_for("Press Enter to go back", timeout=30)
         term.keys("Enter")
         term.wait_for(ACTIVE, after="Press Enter to go back")

@@ -59,6 +59,24 @@ def test_broken_torch_npu_falls_back_to_cpu(tmp_path):
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["platform"] == "cpu" and "libascendcl" in info["torch_npu_error"]
+    assert "libascendcl" in info["unavailable"]["npu"]  # the reason is shown, not dropped
     assert "torch_npu is installed but unusable" in out.stderr
     out = run_cli("doctor", "--device", "npu", env=env)
     assert out.returncode == 3 and "libascendcl" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_profile_window_on_npu_uses_torch_npu_profiler_with_its_experimental_config(tmp_path):
+    out = sim("Ascend910B2", "profiler", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    calls = json.loads(out.stdout.strip().splitlines()[-1])
+    assert calls["platform"] == "npu"
+    assert calls["experimental_config"] == {"profiler_level": "Level1", "aic_metrics": "PipeUtilization",
+                                            "l2_cache": True}
+    assert calls["schedule"] == {"wait": 1, "warmup": 1, "active": 2, "repeat": 2}
+    assert calls["handler"] == {"dir_name": str(tmp_path), "worker_name": "rank3"}
+    profile = calls["profile"]
+    assert profile["activities"] == ["Activity.CPU", "Activity.NPU"]
+    assert profile["record_shapes"] is True and profile["profile_memory"] is True and profile["with_stack"] is False
+    assert profile["experimental_config"][0] == "config" and profile["on_trace_ready"] == "handler"
+    assert calls["started"] and calls["steps"] == 1 and calls["stopped"]
+    assert calls["traces"] == [str(tmp_path / "rank3_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")]

@@ -234,6 +234,109 @@ def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypa
     _generate(model, loading.load_tokenizer(spec))
 
 
+# -- AWQ, bitsandbytes, FP8, GGUF and the quality gate ------------------------------------------------------
+
+PARITY_EVAL = str(ROOT / "recipes" / "data" / "parity_eval.jsonl")
+
+
+def _loads_quantized(out, layer_type_name: str):
+    """Plain transformers loads the export quantized (no flags) and it generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out, device_map="cpu").eval()
+    layer = model.model.layers[0].mlp.down_proj
+    assert type(layer) is not torch.nn.Linear and layer_type_name in type(layer).__name__
+    _generate(model, AutoTokenizer.from_pretrained(out))
+
+
+def _reported(metrics: dict):
+    for key in ("size_ratio", "quantize_seconds", "perplexity_before", "perplexity_after", "cosine_mean",
+                "argmax_agreement"):
+        assert isinstance(metrics[key], float), key
+    assert metrics["quantized_modules"] == metrics["linear_modules"] > 0
+    assert 0 < metrics["size_ratio"] < 1
+
+
+def test_awq_export_loads_with_from_pretrained_and_reports_accuracy(tmp_path):
+    import swiftbox as sb
+
+    out = tmp_path / "awq"
+    entry = sb.quantize(str(shared_merged()), output=str(out), method="awq", samples=32, eval_dataset=PARITY_EVAL)
+    metrics = entry["metrics"]
+    _reported(metrics)
+    assert metrics["method"] == "awq" and metrics["bits"] == 4
+    assert metrics["accuracy_drop"] == pytest.approx(metrics["accuracy_before"] - metrics["accuracy_after"])
+    assert metrics["accuracy_drop"] <= 0.05  # the documented tolerance the step enforces
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "awq" and config["bits"] == 4
+    assert json.loads((out / "generation_config.json").read_text()).get("do_sample") is not True
+    _loads_quantized(out, "Awq")
+
+
+@pytest.mark.parametrize("bits,layer", [(4, "Linear4bit"), pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
+def test_bnb_export_is_saved_so_plain_from_pretrained_loads_it(tmp_path, bits, layer):
+    import swiftbox as sb
+
+    out = tmp_path / f"bnb{bits}"
+    metrics = sb.quantize(str(shared_merged()), output=str(out), method="bnb", bits=bits)["metrics"]
+    _reported(metrics)
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert config["quant_method"] == "bitsandbytes" and config[f"load_in_{bits}bit"] is True
+    manifest = json.loads((out / "swiftbox.json").read_text())
+    assert manifest["quantization"]["tolerances"]["min_cosine"] == (0.95 if bits == 4 else 0.99)
+    _loads_quantized(out, layer)
+
+
+def test_a_silently_unquantized_export_fails_the_gate(tmp_path, monkeypatch, cli):
+    """A writer that saves full precision (ms-swift #9830) must not pass: exit 1, nothing written."""
+    import swiftbox as sb
+    from swiftbox.pipelines.quantize import QualityGateFailed, transformers_writer
+
+    monkeypatch.setattr(transformers_writer, "quantization_config", lambda *a, **k: None)
+    with pytest.raises(QualityGateFailed, match="linear layers are not stored quantized") as err:
+        sb.quantize(str(shared_merged()), output=str(tmp_path / "plain"), method="bnb", bits=8)
+    assert err.value.exit_code == 1
+    assert not (tmp_path / "plain").exists()
+
+
+def test_tolerances_are_nan_safe():
+    from swiftbox.pipelines.quantize import quality
+
+    tol = quality.tolerances(4, {"min_cosine": None})
+    inspection = {"quantized_modules": 14, "linear_modules": 14, "unquantized": [], "error": None}
+    good = {"size_ratio": 0.3, "perplexity_ratio": 1.0, "cosine_mean": 0.99, "argmax_agreement": 0.95}
+    assert quality.gate(good, inspection, tol) == []
+    for key in good:
+        broken = quality.gate({**good, key: float("nan")}, inspection, tol)
+        assert len(broken) == 1 and broken[0].startswith(key)
+    assert quality.gate({**good, "cosine_mean": 0.5}, inspection, quality.tolerances(4, {"min_cosine": 0.4})) == []
+
+
+def test_fp8_and_gguf_are_refused_with_exit_3_and_an_alternative(cli, toy_dir, tmp_path):
+    res = cli("quantize", str(toy_dir), "--method", "fp8", "--output", str(tmp_path / "f"), "--device", "cpu")
+    assert res.returncode == 3 and "FP8" in one_line_error(res) and "instead" in one_line_error(res)
+    res = cli("quantize", str(toy_dir), "--method", "gguf", "--output", str(tmp_path / "g"))
+    line = one_line_error(res)
+    assert res.returncode == 3 and "convert_hf_to_gguf.py" in line and "instead" in line
+    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()
+    res = cli("quantize", str(toy_dir), "--method", "awq", "--bits", "8", "--output", str(tmp_path / "a"))
+    assert res.returncode == 2 and "8 is not available with method awq" in one_line_error(res)
+
+
+def test_fp8_capability_follows_the_gpu_generation(monkeypatch):
+    from swiftbox.device import CudaPlatform, NpuPlatform, current_platform
+
+    cuda = CudaPlatform()
+    monkeypatch.setattr(CudaPlatform, "device_name", lambda self, i=0: "GPU")
+    monkeypatch.setattr(CudaPlatform, "compute_capability", lambda self, i=0: (8, 0))
+    assert "8.0" in cuda.why_not("fp8").why
+    monkeypatch.setattr(CudaPlatform, "compute_capability", lambda self, i=0: (9, 0))
+    assert cuda.supports("fp8")
+    assert not current_platform("cpu").supports("fp8") and not NpuPlatform().supports("fp8")
+    assert not any(p.supports("gguf") for p in (cuda, NpuPlatform(), current_platform("cpu")))
+
+
 def test_a_kernel_refusing_a_layer_shape_falls_back_to_the_torch_kernel(gptq4, monkeypatch):
     """On Hopper, gptqmodel auto-selects Machete, which refuses the toy's 64-wide k/v projections at load
     (seen on an H100): the loader then asks for gptqmodel's torch kernel, which takes any shape."""

@@ -1,6 +1,7 @@
 """The quickstart, end to end on the toy model, held to the numbers the issues ask for: base near
 chance, SFT >= 0.9 held-out, DPO raises the reward margin and keeps accuracy, merge keeps the outputs,
-GPTQ 4-bit keeps >= 0.85 at a fraction of the size, and the served model answers the openai client."""
+GPTQ 4-bit keeps >= 0.85 at a fraction of the size, the served model answers the openai client, and the
+pre-deploy gate passes on the quantized model's whole chain."""
 from __future__ import annotations
 
 import json
@@ -14,9 +15,10 @@ def test_quickstart_numbers_hold(tmp_path):
     summary = json.loads((tmp_path / "quickstart" / "summary.json").read_text())
     steps = summary["steps"]
     assert [s["step"] for s in steps] == ["eval", "sft", "eval", "dpo", "eval", "merge", "eval", "quantize", "eval",
-                                          "serve"]
+                                          "serve", "verify"]
     assert all(s["ok"] for s in steps)
-    base, sft, after_sft, dpo, after_dpo, merge, after_merge, quant, after_quant, serve = (s["metrics"] for s in steps)
+    base, sft, after_sft, dpo, after_dpo, merge, after_merge, quant, after_quant, serve, gate = (
+        s["metrics"] for s in steps)
     assert abs(base["choice_accuracy"] - base["chance"]) <= 0.15 and base["accuracy"] <= 0.6   # untrained
     assert sft["loss_last"] < sft["loss_first"]
     assert after_sft["accuracy"] >= 0.9                                        # held-out questions
@@ -25,6 +27,10 @@ def test_quickstart_numbers_hold(tmp_path):
     assert merge["max_abs_logit_diff"] <= 1e-4 and after_merge["accuracy"] == after_dpo["accuracy"]
     assert quant["size_ratio"] < 0.5 and after_quant["accuracy"] >= 0.85
     assert serve["ok"] is True and serve["answer"] in ("yes", "no")
+    report = json.loads((tmp_path / "quickstart" / "verify" / "report.json").read_text())
+    links = [c["name"] for c in report["checks"] if c["section"] == "parity" and c["status"] == "ok"]
+    assert links == ["base+adapter -> merged", "merged -> quantized", "quantized -> served (builtin, HTTP)"]
+    assert gate["passed"] == gate["checks"] - gate["skipped"]
     assert "quickstart" in out.stdout and "summary:" in out.stdout            # the closing table
     # quiet by default: no third-party warnings or banners on screen; they are in the run's log
     shown = out.stdout + out.stderr

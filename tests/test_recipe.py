@@ -25,7 +25,7 @@ def test_quickstart_and_every_shipped_recipe_validate():
         assert recipe.steps, path
     recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml")
     kinds = [s.kind for s in recipe.steps]
-    assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-1] == "serve"
+    assert kinds[:2] == ["eval", "sft"] and "dpo" in kinds and kinds[-2:] == ["serve", "verify"]
     sft, dpo = recipe.steps[1].config, recipe.steps[3].config
     # full SFT on the random toy, then a LoRA adapter from DPO (docs/quickstart.md says why)
     assert isinstance(sft, SftStep) and sft.method == "full" and dpo.method == "lora"

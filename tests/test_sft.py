@@ -151,10 +151,11 @@ def test_group_by_length_and_unpacked_paths_train(tmp_path):
 
 def test_bad_columns_exit_2_with_one_line(tmp_path, cli):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "Is 2 even?", "answer": "yes"}) + "\n")
+    # (question/answer would be ms-swift aliases of query/response)
+    bad.write_text(json.dumps({"question_text": "Is 2 even?", "answer_text": "yes"}) + "\n")
     out = cli("sft", "toy", "--dataset", str(bad), "--output", str(tmp_path / "o"))
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("swiftbox:")]
     assert len(errors) == 1 and "Traceback" not in out.stderr      # the runner's progress line may precede it
-    assert "bad.jsonl" in errors[0] and "question" in errors[0] and "alpaca" in errors[0]
+    assert "bad.jsonl" in errors[0] and "question_text" in errors[0] and "alpaca" in errors[0]
     assert not (tmp_path / "o").exists()

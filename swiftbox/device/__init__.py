@@ -24,20 +24,39 @@ DeviceChoice = Literal["auto", "npu", "cuda", "cpu"]
 DEVICE_CHOICES: tuple[str, ...] = get_args(DeviceChoice)   # "auto", then DETECTION_ORDER
 
 _current: Platform | None = None
+# why each detector said "not available" on the last detect(): exceptions and the platforms' own reasons
+DETECT_ERRORS: dict[str, str] = {}
 
 
 def detect(detectors: dict[str, Callable[[], bool]] | None = None) -> list[str]:
     """Names of the platforms available here, in detection order. Never raises."""
     found = []
+    DETECT_ERRORS.clear()
     for name in DETECTION_ORDER:
         probe = (detectors or {}).get(name, PLATFORMS[name].is_available)
         try:
             ok = bool(probe())
-        except Exception:
+        except Exception as exc:
+            DETECT_ERRORS[name] = f"detector raised {type(exc).__name__}: {exc}".splitlines()[0][:200]
             ok = False
         if ok:
             found.append(name)
     return found
+
+
+def unavailable_reasons() -> dict[str, str]:
+    """Platform name -> why it is not available here (detector exceptions first, then the platform's reason)."""
+    found = detect()
+    out = {}
+    for name in DETECTION_ORDER:
+        if name in found:
+            continue
+        try:
+            reason = DETECT_ERRORS.get(name) or PLATFORMS[name].unavailable_reason()
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        out[name] = reason or "not available (no reason given)"
+    return out
 
 
 def resolve_platform(requested: str | None = None, detectors: dict[str, Callable[[], bool]] | None = None) -> Platform:
@@ -89,5 +108,5 @@ def _reset_for_tests() -> None:
 __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceChoice", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
     "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
-    "parse_devices",
+    "parse_devices", "unavailable_reasons", "DETECT_ERRORS",
 ]

@@ -5,6 +5,7 @@ Nothing here imports torch at module import time; methods import it when they ar
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,12 +17,14 @@ FEATURE_PACKAGES: dict[str, str] = {
     "qlora-bnb": "bitsandbytes",
     "bnb": "bitsandbytes",
     "gptq": "gptqmodel",
+    "awq": "gptqmodel",
     "vllm": "vllm",
     "flash-attn": "flash_attn",
     "deepspeed": "deepspeed",
 }
 
-FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "vllm", "flash-attn", "deepspeed", "multi-device")
+FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "awq", "fp8", "gguf", "vllm", "flash-attn", "deepspeed",
+            "multi-device")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,16 @@ class Refusal:
 
     why: str
     instead: str
+
+
+# refused on every platform: no maintained library on this machine writes it
+GGUF_REFUSAL = Refusal(
+    "no installable library writes llama.cpp's GGUF files: that is llama.cpp's convert_hf_to_gguf.py script "
+    "(PyPI `gguf` only reads/writes the container; gptqmodel's gguf format is a safetensors checkpoint)",
+    "merge, then run llama.cpp's convert_hf_to_gguf.py on the merged directory (e.g. --outtype q8_0); "
+    "or --method gptq/awq/bnb for transformers and vLLM",
+)
+ALWAYS_REFUSED: dict[str, Refusal] = {"gguf": GGUF_REFUSAL}
 
 
 @dataclass
@@ -49,12 +62,22 @@ class Platform:
     refusals: ClassVar[dict[str, Refusal]] = {}
     # python package that provides the platform's vLLM engine
     vllm_package: ClassVar[str] = "vllm"
+    # torch.profiler.ProfilerActivity members a training profile records here
+    profiler_activities: ClassVar[tuple[str, ...]] = ("CPU",)
+    # checkpoint quantization formats (config.json quant_method) that engine serves here, and what to do otherwise
+    vllm_quantizations: ClassVar[tuple[str, ...]] = ("gptq", "awq", "bitsandbytes", "fp8")
+    vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
 
     # -- detection -------------------------------------------------------------------------
     @classmethod
     def is_available(cls) -> bool:
         """True when this backend can run here. Must never raise nor initialise the runtime."""
         raise NotImplementedError
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why `is_available()` says no, in one line (None when it says yes or has nothing to add)."""
+        return None
 
     # -- devices ---------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -121,13 +144,18 @@ class Platform:
             raise ValueError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
         if feature == "bf16" and not self.bf16_supported():
             return Refusal(f"bf16 is not supported by {self.describe()}", "dtype float16 (or float32)")
-        if feature in self.refusals:
-            return self.refusals[feature]
+        refusal = ALWAYS_REFUSED.get(feature) or self.refusals.get(feature) or self.hardware_refusal(feature)
+        if refusal is not None:
+            return refusal
         if feature == "multi-device" and self.device_count() < 2:
             return Refusal(f"only {self.device_count()} {self.name} device(s) here", "a single device")
         pkg = self._package_for(feature)
         if pkg and not _importable(pkg):
             return Refusal(f"the python package '{pkg}' is not installed", f"pip install {pkg.replace('_', '-')}")
+        return None
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        """A refusal that depends on the device model found at run time (e.g. FP8 on older GPUs)."""
         return None
 
     def supports(self, feature: str) -> bool:
@@ -160,6 +188,19 @@ class Platform:
             env[self.visible_devices_env] = ",".join(str(i) for i in ids)
         return env
 
+    # -- profiling -------------------------------------------------------------------------
+    def profiler(self, settings: Any, trace_dir: Any, worker: str = "rank0") -> Any:
+        """A profiler (start/step/stop) over the `profile:` window `settings`, writing traces to `trace_dir`."""
+        from swiftbox.device.profiling import torch_profiler
+
+        return torch_profiler(self.profiler_activities, settings, trace_dir, worker)
+
+    def profiler_traces(self, trace_dir: Any) -> list:
+        """The Chrome trace files `profiler()` wrote under `trace_dir`."""
+        from swiftbox.device.profiling import torch_traces
+
+        return torch_traces(trace_dir)
+
     def describe(self) -> str:
         return f"{self.name} ({self.device_name(0)})"
 
@@ -174,3 +215,16 @@ def _importable(pkg: str) -> bool:
         return False
 
 
+# environment variables that change what a run computes or how it is placed (recorded in manifests and
+# checked by `compare`): device visibility, collectives, allocators, threads, determinism switches
+RELEVANT_ENV_PREFIXES = ("CUDA_", "ASCEND_", "HCCL_", "NCCL_", "PYTORCH_", "TORCH_", "CUBLAS_", "OMP_", "MKL_",
+                         "ACCELERATE_", "TASK_QUEUE_ENABLE", "COMBINED_ENABLE", "INF_NAN_MODE_ENABLE",
+                         "SWIFTBOX_DEVICE", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def relevant_env(environ: dict | None = None) -> dict[str, str]:
+    """The environment variables that matter for comparing two runs (never secrets)."""
+    env = dict(os.environ) if environ is None else environ
+    return {k: env[k] for k in sorted(env)
+            if k.startswith(RELEVANT_ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS)}

@@ -18,6 +18,8 @@ class CpuPlatform(Platform):
                         "(vllm-ascend)", "the built-in engine (engine: builtin)"),
         "flash-attn": Refusal("flash-attn is a CUDA kernel library", "attn_implementation sdpa (the default)"),
         "deepspeed": Refusal("DeepSpeed ZeRO targets accelerators", "torchrun with gloo DDP (devices: N)"),
+        "fp8": Refusal("FP8 weights need FP8 matmul hardware (NVIDIA compute capability 8.9+: Ada, Hopper)",
+                       "--method awq or gptq (4-bit) or --method bnb --bits 8 here, or quantize on an FP8 GPU"),
         "fp16": Refusal("fp16 matmuls on CPU are slow and unstable for training", "float32 or bfloat16"),
     }
 

@@ -1,7 +1,11 @@
 """NVIDIA CUDA platform: nccl, CUDA_VISIBLE_DEVICES, bf16 from compute capability 8.0 (Ampere) on."""
 from __future__ import annotations
 
-from swiftbox.device.base import DeviceMemory, Platform
+import os
+
+from swiftbox.device.base import DeviceMemory, Platform, Refusal
+
+FP8_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have FP8 tensor cores
 
 
 class CudaPlatform(Platform):
@@ -11,6 +15,7 @@ class CudaPlatform(Platform):
     visible_devices_env = "CUDA_VISIBLE_DEVICES"
     default_env = {}
     refusals = {}
+    profiler_activities = ("CPU", "CUDA")
 
     @classmethod
     def is_available(cls) -> bool:
@@ -20,6 +25,22 @@ class CudaPlatform(Platform):
             return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
         except Exception:  # a broken driver must mean "not available", never a crash
             return False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import torch
+
+            if torch.version.cuda is None:
+                return f"torch {torch.__version__} is not a CUDA build"
+            if not torch.cuda.is_available():
+                return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU: driver missing or "
+                        f"too old, or CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
+            if torch.cuda.device_count() == 0:
+                return "no CUDA device visible"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return None
 
     def device_count(self) -> int:
         import torch
@@ -35,6 +56,20 @@ class CudaPlatform(Platform):
         import torch
 
         return bool(torch.cuda.is_bf16_supported())
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        if feature != "fp8":
+            return None
+        major, minor = self.compute_capability(0)
+        if (major, minor) < FP8_CAPABILITY:
+            return Refusal(f"{self.device_name(0)} (compute capability {major}.{minor}) has no FP8 tensor cores; "
+                           "FP8 needs 8.9+ (Ada, Hopper)", "--method awq or gptq (4-bit) or --method bnb --bits 8")
+        return None
+
+    def compute_capability(self, index: int = 0) -> tuple[int, int]:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(index))
 
     def memory(self, index: int = 0) -> DeviceMemory:
         import torch

@@ -1,18 +1,32 @@
-"""`./launch.sh doctor`: what swiftbox sees - platform, devices, memory, dtype, capabilities, versions."""
+"""`./launch.sh doctor`: what swiftbox sees - platform, devices, memory, dtype, capabilities, versions,
+why each other platform is not available, and the installed versions checked against the known-good
+sets in compat_matrix.json (with the pip command that fixes a mismatch). `--json` for scripts (its
+"compatible" field is false on a known mismatch); the exit code stays 0 - doctor reports, it does not fail.
+"""
 from __future__ import annotations
 
-import json
 import os
 
 from swiftbox.device.base import Platform
 from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
-             "vllm", "vllm_ascend", "deepspeed", "modelscope", "huggingface_hub", "fastapi", "uvicorn")
+             "vllm", "vllm_ascend", "triton_ascend", "flash_attn", "deepspeed", "modelscope", "huggingface_hub",
+             "fastapi", "uvicorn")
 
 
-def collect(device: str | None = None) -> dict:
-    from swiftbox.device import broken_backends, current_platform, detect
+def installed_versions() -> dict[str, str | None]:
+    """Package -> installed version (None: not installed), plus "cann" / "cann_where" for the toolkit."""
+    from swiftbox.device.compat_matrix import cann_version
+
+    versions: dict[str, str | None] = {lib: package_version(lib) for lib in LIBRARIES}
+    versions["cann"], versions["cann_where"] = cann_version()
+    return versions
+
+
+def collect(device: str | None = None, versions: dict | None = None) -> dict:
+    from swiftbox.device import broken_backends, current_platform, detect, unavailable_reasons
+    from swiftbox.device.compat_matrix import check
 
     platform = current_platform(device)
     count = platform.device_count()
@@ -22,16 +36,23 @@ def collect(device: str | None = None) -> dict:
         devices.append({"index": i, "name": platform.device_name(i),
                         "total_gib": round(mem.total_bytes / 2**30, 2) if mem.total_bytes else None,
                         "free_gib": round(mem.free_bytes / 2**30, 2) if mem.free_bytes else None})
+    versions = versions if versions is not None else installed_versions()
+    findings = check(versions, platform.name)
     info = {
         "platform": platform.name,
         "detected": detect(),
+        "unavailable": unavailable_reasons(),
         "device_count": count,
         "devices": devices,
         "dtype": platform.default_dtype(),
         "dist_backend": platform.dist_backend,
         "capabilities": platform.capability_matrix(),
-        "versions": {lib: package_version(lib) or "not installed" for lib in LIBRARIES},
+        "versions": {k: v or ("not found" if k == "cann" else "not installed")
+                     for k, v in versions.items() if k != "cann_where"},
+        "cann_where": versions.get("cann_where"),
         "runtime": _safe_versions(platform),
+        "compatibility": [f.as_dict() for f in findings],
+        "compatible": not any(f.status == "error" for f in findings),
         "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
@@ -47,33 +68,50 @@ def _safe_versions(platform: Platform) -> dict[str, str]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def doctor(as_json: bool = False, device: str | None = None) -> int:
-    info = collect(device)
+STATUS_STYLE = {"ok": "green", "warn": "yellow", "error": "red", "unknown": "yellow"}
+
+
+def doctor(as_json: bool = False, device: str | None = None, versions: dict | None = None) -> int:
+    from swiftbox.tables import console as make_console
+    from swiftbox.tables import print_json
+
+    info = collect(device, versions)
     if as_json:
-        print(json.dumps(info, indent=2))
+        print_json(info)
         return 0
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]platform[/bold] {info['platform']}   detected: {', '.join(info['detected'])}   "
                   f"devices: {info['device_count']}   dtype: {info['dtype']}   backend: {info['dist_backend']}")
     for dev in info["devices"]:
-        console.print(f"  [{dev['index']}] {dev['name']}  memory {dev['free_gib']} / {dev['total_gib']} GiB free")
-    if "torch_npu_error" in info:
-        console.print(f"[yellow]torch_npu is installed but unusable: {info['torch_npu_error']}[/yellow]")
-    caps = Table(title="capabilities")
+        console.print(f"  [{dev['index']}] {escape(str(dev['name']))}  memory {dev['free_gib']} / {dev['total_gib']} "
+                      "GiB free")
+    for name, why in info["unavailable"].items():
+        console.print(f"  {name}: not available - {escape(why)}")
+    caps = Table(title="capabilities", title_justify="left")
     caps.add_column("feature")
     caps.add_column("available")
     for feature, status in info["capabilities"].items():
-        caps.add_row(feature, status)
+        caps.add_row(feature, escape(status))
     console.print(caps)
-    libs = Table(title="libraries")
+    libs = Table(title="libraries", title_justify="left")
     libs.add_column("package")
     libs.add_column("version")
     for lib, version in {**info["versions"], **info["runtime"]}.items():
-        libs.add_row(lib, version)
+        libs.add_row(lib, escape(str(version)))
     console.print(libs)
+    if info["cann_where"] and info["versions"].get("cann"):
+        console.print(f"  CANN {info['versions']['cann']} (from {escape(info['cann_where'])})")
+    check = Table(title="version check (swiftbox/device/compat_matrix.json)", title_justify="left")
+    for col in ("status", "what", "finding", "fix"):
+        check.add_column(col)
+    for f in info["compatibility"]:
+        style = STATUS_STYLE.get(f["status"], "")
+        check.add_row(f"[{style}]{f['status']}[/{style}]", f["component"], escape(f["message"]),
+                      escape(f["fix"] or ""))
+    console.print(check)
     for key, value in info["env"].items():
-        console.print(f"  {key}={value}")
+        console.print(f"  {key}={escape(value)}")
     return 0

@@ -57,6 +57,8 @@ class NpuPlatform(Platform):
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
     }
     vllm_package = "vllm_ascend"
+    vllm_quantizations = ()  # vllm-ascend's quantized path is msModelSlim W8A8/W4A8, not GPTQ/AWQ/bnb/FP8 files
+    vllm_quantization_instead = "serve the merged model, or quantize with msModelSlim (W8A8) for vllm-ascend"
     refusals = {
         "qlora-bnb": Refusal(
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",
@@ -68,6 +70,11 @@ class NpuPlatform(Platform):
             "gptqmodel has no Ascend kernels",
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
         ),
+        "awq": Refusal(
+            "swiftbox has not validated gptqmodel's AWQ path on Ascend, and vllm-ascend does not serve AWQ",
+            "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
+        ),
+        "fp8": Refusal("torch_npu has no FP8 weight format for Ascend 910/310", "msModelSlim W8A8 for vllm-ascend"),
         "flash-attn": Refusal("flash-attn is CUDA-only", "attn_implementation sdpa (torch_npu fuses it)"),
     }
 
@@ -84,6 +91,17 @@ class NpuPlatform(Platform):
             global _IMPORT_ERROR
             _IMPORT_ERROR = f"torch.npu.is_available() failed: {exc}"[:200]
             return False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            if importlib.util.find_spec("torch_npu") is None:
+                return "torch_npu is not installed"
+        except (ImportError, ValueError) as exc:
+            return f"torch_npu cannot be located: {exc}"
+        if cls.is_available():
+            return None
+        return npu_import_error() or "torch_npu imported but torch.npu.is_available() is False (no device visible?)"
 
     def device_count(self) -> int:
         import torch
@@ -123,6 +141,16 @@ class NpuPlatform(Platform):
         import torch
 
         torch.npu.reset_peak_memory_stats()
+
+    def profiler(self, settings: Any, trace_dir: Any, worker: str = "rank0") -> Any:
+        from swiftbox.device.profiling import ascend_profiler
+
+        return ascend_profiler(settings, trace_dir, worker)
+
+    def profiler_traces(self, trace_dir: Any) -> list:
+        from swiftbox.device.profiling import ascend_traces
+
+        return ascend_traces(trace_dir)
 
     def versions(self) -> dict[str, str]:
         mod = _torch_npu()

@@ -15,6 +15,8 @@ from swiftbox.errors import UserError
 from swiftbox.hub.resolve import resolve_model
 from swiftbox.steps import DTYPE_NAMES
 
+SIXTEEN_BIT_KERNELS = ("gptq", "awq", "fp8")  # exports whose kernels compute in 16-bit
+
 
 @dataclass
 class ModelSpec:
@@ -89,7 +91,7 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
     """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
     from transformers import AutoModelForCausalLM
 
-    if spec.quantized == "gptq":
+    if spec.quantized in SIXTEEN_BIT_KERNELS:
         dtype = gptq_dtype(platform, dtype)
     if spec.quantized == "gptq" and quantization_config is None and not transformers_loads_gptq():
         if spec.adapters:
@@ -151,7 +153,7 @@ def gptq_any_shape_config(path: Path):
 
 
 def gptq_dtype(platform, dtype: str) -> str:
-    """GPTQ kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
+    """GPTQ/AWQ/FP8 kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
     if dtype != "float32":
         return dtype
     return "bfloat16" if platform.bf16_supported() else "float16"

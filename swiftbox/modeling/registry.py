@@ -8,7 +8,8 @@ Small API (other modules - menus, download, docs - use only this):
     close_matches(ref, n=3)      aliases/ids that look like `ref` (difflib), for "did you mean" messages
     memory_gib(preset, method, dtype="bfloat16") -> float
                                  rough peak memory for method in METHODS ("full", "lora", "qlora", "infer")
-    print_models()               the `./launch.sh models` table (memory on the current device)
+    models_table() -> dict       the data of `./launch.sh models` (memory on the current device)
+    print_models(as_json=False)  the `./launch.sh models` table, or its JSON
 
 Any other Hugging Face-format model works too (through its own tokenizer chat template); a preset only
 saves typing and documents the facts people look up: hub ids, template quirks, LoRA target names, size.
@@ -19,7 +20,7 @@ activations; qlora = 4-bit NF4 weights (~0.56 bytes/parameter) + adapter + activ
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 METHODS = ("full", "lora", "qlora", "infer")
@@ -40,6 +41,13 @@ class Preset:
     trust_remote_code: bool = False
     pickle_weights_only: bool = False  # repo ships *.bin only: needs allow_pickle
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    tool_parser: str = ""        # vLLM --tool-call-parser for this family ('' = no tool calling)
+    reasoning_parser: str = ""   # vLLM --reasoning-parser ('' = not a reasoning model)
+
+    def vllm_flags(self) -> list[str]:
+        """The vLLM serve flags that make tool calls / reasoning come back parsed."""
+        flags = ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_parser] if self.tool_parser else []
+        return flags + (["--reasoning-parser", self.reasoning_parser] if self.reasoning_parser else [])
 
     def hub_id(self, source: str) -> str:
         return self.hf_id if source == "hf" else self.modelscope_id
@@ -85,6 +93,14 @@ PRESETS: tuple[Preset, ...] = (
            "mistralai/Mistral-7B-Instruct-v0.3", 7.25, "Mistral [INST] ... [/INST]; no system role",
            notes="gated on Hugging Face"),
 )
+
+
+FAMILY_PARSERS = {   # family -> (vLLM tool-call parser, reasoning parser)
+    "Qwen2.5": ("hermes", ""), "Qwen3": ("hermes", "qwen3"), "Llama-3": ("llama3_json", ""),
+    "Mistral": ("mistral", ""), "DeepSeek-R1-Distill": ("", "deepseek_r1"), "InternLM": ("internlm", ""),
+}
+PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0],
+                        reasoning_parser=FAMILY_PARSERS.get(p.family, ("", ""))[1]) for p in PRESETS)
 
 
 def _keys(preset: Preset) -> set[str]:
@@ -135,35 +151,54 @@ def memory_gib(preset: Preset, method: str, dtype: str = "bfloat16") -> float:
     return round(total / 2**30, 1)
 
 
-def print_models() -> int:
-    """`./launch.sh models`: the presets with the memory each method needs on this device."""
-    from rich.console import Console
-    from rich.table import Table
+def models_table() -> dict:
+    """The data behind `./launch.sh models`: the device, and per preset its ids and memory per method."""
+    from dataclasses import asdict
 
     from swiftbox.device import current_platform
 
     platform = current_platform()
     dtype = platform.default_dtype()
     total = platform.memory().total_bytes
-    total_gib = total / 2**30 if total else None
-    where = f"{platform.name} ({platform.device_name()}), {dtype}"
-    if total_gib:
-        where += f", {total_gib:.0f} GiB"
+    total_gib = round(total / 2**30, 1) if total else None
+    rows = []
+    for p in PRESETS:
+        memory = {m: memory_gib(p, m, dtype) for m in METHODS}
+        fits = {m: total_gib is None or gib <= total_gib for m, gib in memory.items()}
+        row = {k: v for k, v in asdict(p).items() if k != "aliases"}
+        row["lora_targets"] = list(p.lora_targets)
+        rows.append({**row, "memory_gib": memory, "fits": fits})
+    return {"device": {"platform": platform.name, "name": platform.device_name(), "dtype": dtype,
+                       "memory_gib": total_gib}, "presets": rows}
+
+
+def print_models(as_json: bool = False) -> int:
+    """`./launch.sh models`: the presets with the memory each method needs on this device (`--json` for scripts)."""
+    from swiftbox.tables import console, print_json
+
+    data = models_table()
+    if as_json:
+        print_json(data)
+        return 0
+    from rich.table import Table
+
+    dev = data["device"]
+    where = f"{dev['platform']} ({dev['name']}), {dev['dtype']}"
+    if dev["memory_gib"]:
+        where += f", {dev['memory_gib']:.0f} GiB"
     table = Table(title=f"swiftbox model presets - memory on {where}", title_justify="left")
     for col in ("preset", "ModelScope id", "Hugging Face id", "params", "full", "lora", "qlora", "notes"):
-        table.add_column(col, no_wrap=col in ("preset", "params"))
-    for p in PRESETS:
-        cells = []
-        for method in ("full", "lora", "qlora"):
-            gib = memory_gib(p, method, dtype)
-            fits = total_gib is None or gib <= total_gib
-            cells.append(f"{gib:g} GiB" if fits else f"[red]{gib:g} GiB[/red]")
-        table.add_row(p.name, p.modelscope_id, p.hf_id, f"{p.params_b:g}B", *cells, p.notes)
-    console = Console()
-    console.print(table)
-    console.print("Red: more than this device has. Estimates for batch 1-4 at ~1k tokens; any other HF-format "
-                  "model works too: ./launch.sh download ORG/NAME (ModelScope) or hf:ORG/NAME. Details: docs/models.md")
+        table.add_column(col, no_wrap=col != "notes")
+    for row in data["presets"]:
+        cells = [f"{row['memory_gib'][m]:g} GiB" if row["fits"][m] else f"[red]{row['memory_gib'][m]:g} GiB[/red]"
+                 for m in ("full", "lora", "qlora")]
+        table.add_row(row["name"], row["modelscope_id"], row["hf_id"], f"{row['params_b']:g}B", *cells, row["notes"])
+    out = console()
+    out.print(table)
+    out.print("Red: more than this device has. Estimates for batch 1-4 at ~1k tokens (docs/models.md says how close "
+              "they are to measured peaks); any other HF-format model works too: ./launch.sh download ORG/NAME "
+              "(ModelScope) or hf:ORG/NAME. --json for scripts.")
     return 0
 
 
-__all__ = ["METHODS", "PRESETS", "Preset", "find", "close_matches", "memory_gib", "print_models"]
+__all__ = ["METHODS", "PRESETS", "Preset", "find", "close_matches", "memory_gib", "models_table", "print_models"]

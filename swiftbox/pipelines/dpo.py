@@ -2,8 +2,9 @@
 
 Flow: check the method is possible here -> read the preference pairs (any accepted format) -> load the
 model: a base model gets a fresh LoRA/DoRA adapter; an SFT adapter artifact is continued (loaded
-trainable) -> drop pairs whose chosen/rejected answer truncates to zero tokens (their log-prob would be
-empty and the loss NaN) -> DPOTrainer. The reference policy is a frozen copy of the starting point: TRL
+trainable) -> swiftbox splits each pair itself (prompt = the generation prompt, chosen/rejected = only the
+replies as the template renders them; long prompts cut from the left) -> DPOTrainer on those strings.
+The reference policy is a frozen copy of the starting point: TRL
 copies a pretrained "default" adapter into a "ref" adapter, so after SFT the reference is the SFT policy,
 not the raw base. `ref_adapter:` replaces that copy with another adapter. Full fine-tuning keeps a frozen
 copy of the starting model as reference.
@@ -49,11 +50,12 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
 
     from swiftbox import data
 
-    rows = data.load_dpo(cfg.dataset, cfg.seed)
+    rows = data.load_dpo(cfg.dataset, cfg.seed, cfg.max_row_chars)
 
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
+    from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training, trainable_parameters
@@ -61,12 +63,14 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
-    pairs, dropped = data.drop_truncated_pairs(rows, tm.tokenizer, cfg.max_length)
-    if dropped:
-        log(f"dpo: dropped {dropped} pair(s) whose chosen/rejected answer keeps no token within max_length "
-             f"{cfg.max_length}")
+    data.use_chat_template(tm.tokenizer, cfg.chat_template)
+    pairs, counts = data.dpo_strings(rows, tm.tokenizer, cfg.max_length)
+    dropped = counts.dropped
+    if counts.truncated or dropped:
+        log(f"dpo: {counts.truncated} pair(s) truncated from the left to max_length {cfg.max_length} (system prompt "
+            f"and replies kept), {dropped} dropped (empty reply, or a reply alone longer than max_length)")
     if not pairs:
-        raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length "
+        raise UserError(f"dataset {cfg.dataset}: no pair has non-empty replies that fit in max_length "
                         f"{cfg.max_length}")
 
     ref_model = None
@@ -77,7 +81,8 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
                      max_length=cfg.max_length)
     trainer = DPOTrainer(model=tm.model, ref_model=ref_model, args=args, processing_class=tm.tokenizer,
                          train_dataset=Dataset.from_list(pairs),
-                         callbacks=callbacks.callbacks(f"dpo {cfg.method}", ctx.work_dir, is_main_process()))
+                         callbacks=profile_callbacks(cfg, ctx)
+                         + callbacks.callbacks(f"dpo {cfg.method}", ctx.work_dir, is_main_process()))
     callbacks.quiet(trainer)
     reference = "frozen copy of the starting model"
     if cfg.method != "full":
@@ -97,6 +102,7 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
     metrics.update(curves.first_last(history, "loss", "loss"))
     trainable, total = trainable_parameters(tm.model)
     metrics.update(steps=trainer.state.global_step, pairs=len(pairs), dropped_pairs=dropped,
+                   truncated_pairs=counts.truncated,
                    train_seconds=round(seconds, 2), trainable_params=trainable, total_params=total,
                    peak_memory_bytes=ctx.platform.max_memory_allocated(),
                    resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)

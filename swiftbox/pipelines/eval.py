@@ -99,14 +99,15 @@ def generate(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int, b
 
 
 def choose(model, tokenizer, prompts: list[list[dict]], choices: list[str], batch_size: int) -> list[str]:
-    """For each prompt, the choice whose assistant turn has the highest log-likelihood."""
-    rows = []   # (prompt index, choice index, ids, number of answer tokens)
+    """For each prompt, the choice whose whole reply (as the template renders it, end-of-turn marker included;
+    located like SFT labels, swiftbox.data.render) has the highest log-likelihood."""
+    from swiftbox import data
+
+    rows = []   # (prompt index, choice index, ids, labels)
     for i, prompt in enumerate(prompts):
-        head = len(_ids(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)))
         for j, choice in enumerate(choices):
-            answered = prompt + [{"role": "assistant", "content": choice}]
-            ids = _ids(tokenizer.apply_chat_template(answered, tokenize=True))
-            rows.append((i, j, ids, len(ids) - head))
+            enc = data.encode(tokenizer, prompt + [{"role": "assistant", "content": choice}], only_last=True)
+            rows.append((i, j, enc.input_ids, enc.labels))
     scores = [[-math.inf] * len(choices) for _ in prompts]
     for k in range(0, len(rows), batch_size):
         chunk = rows[k:k + batch_size]
@@ -116,20 +117,19 @@ def choose(model, tokenizer, prompts: list[list[dict]], choices: list[str], batc
 
 
 def _answer_logprobs(model, tokenizer, chunk) -> list[float]:
+    """Sum of log-probabilities of the labelled (reply) tokens of each row."""
     import torch
 
     width = max(len(r[2]) for r in chunk)
-    pad = tokenizer.pad_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ids = torch.tensor([r[2] + [pad] * (width - len(r[2])) for r in chunk], device=_device(model))
     mask = torch.tensor([[1] * len(r[2]) + [0] * (width - len(r[2])) for r in chunk], device=_device(model))
+    labels = torch.tensor([r[3] + [-100] * (width - len(r[3])) for r in chunk], device=_device(model))
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    target = labels[:, 1:]
     logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
-    out = []
-    for row, (_, _, seq, n) in enumerate(chunk):
-        end = len(seq) - 1
-        out.append(float(logp[row, end - n:end].sum()))
-    return out
+    return [float(v) for v in (logp * (target != -100)).sum(dim=1)]
 
 
 def perplexity(model, tokenizer, texts: list[str]) -> float:
@@ -151,10 +151,6 @@ def perplexity(model, tokenizer, texts: list[str]) -> float:
     if count == 0:
         raise UserError("perplexity: the text holds fewer than 2 tokens")
     return math.exp(nll / count)
-
-
-def _ids(enc) -> list[int]:
-    return list(enc["input_ids"]) if hasattr(enc, "keys") else list(enc)
 
 
 PIPELINE = declare("eval", EvalStep, produces_model=False, check=check, run=run)

@@ -1,9 +1,10 @@
 """Supervised fine-tuning: LoRA / QLoRA / DoRA / full, on TRL's SFTTrainer.
 
 The whole flow, top to bottom: check the method is possible here -> read and normalise the data ->
-load the model (adapter / 4-bit / full) -> tokenize with the tokenizer's chat template (loss on assistant
-tokens only) -> SFTTrainer with padding-free packing (each batch flattened into one sequence, position_ids
-restarting per sample so attention stays within each sample) -> save the adapter (or full model), the
+load the model (adapter / 4-bit / full) -> tokenize with the chat template (loss exactly on the assistant
+replies as the template renders them, swiftbox.data.render; long prompts cut from the left) -> SFTTrainer
+with padding-free packing (each batch flattened into one sequence, position_ids restarting per sample so
+attention stays within each sample) -> save the adapter (or full model), the
 loss curve and TensorBoard events into the step's work dir.
 """
 from __future__ import annotations
@@ -27,25 +28,30 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
 
     from swiftbox import data
 
-    rows = data.load_sft(cfg.dataset, cfg.seed)
-    eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
+    rows = data.load_sft(cfg.dataset, cfg.seed, cfg.max_row_chars)
+    eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
 
+    from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.model import load_for_training, trainable_parameters
     from swiftbox.training.outputs import log, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
-    train, dropped = data.tokenize_sft(rows, tm.tokenizer, cfg.max_length)
+    data.use_chat_template(tm.tokenizer, cfg.chat_template)
+    train, counts = data.tokenize_sft(rows, tm.tokenizer, cfg.max_length)
     if not train:
-        raise UserError(f"dataset {cfg.dataset}: no row keeps an assistant token within max_length {cfg.max_length}")
-    if dropped:
-        log(f"sft: dropped {dropped} row(s) with no assistant token left after truncation to {cfg.max_length}")
+        raise UserError(f"dataset {cfg.dataset}: no row's reply fits in max_length {cfg.max_length}")
+    if counts.truncated or counts.dropped:
+        log(f"sft: {counts.truncated} row(s) truncated from the left to max_length {cfg.max_length} (system prompt and "
+            f"reply kept), {counts.dropped} dropped (reply alone longer than max_length)")
+    dropped = counts.dropped
     evals = data.tokenize_sft(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
 
     ckpt_dir = ctx.work_dir / "checkpoints"
     trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, evals, ckpt_dir,
-                           callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
+                           profile_callbacks(cfg, ctx)
+                           + callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
@@ -61,7 +67,8 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
             metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
-    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, train_seconds=round(seconds, 2),
+    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
+                   train_seconds=round(seconds, 2),
                    tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
                    total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
                    resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)

@@ -82,9 +82,12 @@ def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str]
     spec = resolve_spec(ref)
     names = served_names(cfg, ref, spec)
     engine = pick_engine(cfg, platform, log)
+    from swiftbox.verify import startup_gate
+
+    startup_gate(ref, engine, platform)  # files + engine fit: refuse (exit 2/3) rather than serve what cannot load
     dtype = platform.resolve_dtype(cfg.dtype)
     if engine == "vllm":
-        return _open_vllm(cfg, spec, names, platform, dtype, work_dir, log)
+        return _open_vllm(cfg, spec, names, platform, dtype, work_dir, log, preset_for(ref, spec))
     return _open_builtin(cfg, spec, names, platform, dtype, log)
 
 
@@ -116,7 +119,18 @@ def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     return BuiltinBackend(engine, tokenizer, max_model_len=limit), names, engine.shutdown
 
 
-def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, log):
+def preset_for(ref: str, spec):
+    """The registry preset of the served model (by name/id, or an id inside the resolved base path), or None."""
+    from swiftbox.modeling import registry
+
+    found = registry.find(ref)
+    if found:
+        return found
+    base = str(spec.base).replace("--", "/").lower()
+    return next((p for p in registry.PRESETS if p.hf_id.lower() in base or p.modelscope_id.lower() in base), None)
+
+
+def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, log, preset=None):
     from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
     from swiftbox.pipelines.serve.server import bind
 
@@ -125,7 +139,8 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
     probe = bind("127.0.0.1", 0)
     port = probe.getsockname()[1]
     probe.close()
-    p = plan(cfg, platform, model_path=str(spec.base), base_name=names.base, loras=names.loras, dtype=dtype, port=port)
+    p = plan(cfg, platform, model_path=str(spec.base), base_name=names.base, loras=names.loras, dtype=dtype, port=port,
+             preset=preset)
     log("vllm: " + " ".join(a if a != p.internal_key else "***" for a in p.argv))
     process = VllmProcess(p, Path(work_dir) / "vllm.log")
     process.start(timeout=cfg.startup_timeout)

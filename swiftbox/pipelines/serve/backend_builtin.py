@@ -36,12 +36,32 @@ class BuiltinBackend:
 
     # -- prompts ----------------------------------------------------------------------------
     def chat_prompt(self, req) -> list[int]:
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+        from swiftbox.data.render import render
+        from swiftbox.errors import UserError
+
+        messages = [m.for_template() for m in req.messages]
+        choice = req.tool_choice
+        if req.tools and choice not in (None, "auto", "none"):
+            raise ApiError(400, "the built-in engine does not force tool calls (tool_choice 'required' or a named "
+                                "function); use tool_choice 'auto' or the vLLM engine", param="tool_choice")
+        tools = req.tools if req.tools and choice != "none" else None
         try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # the template rejects the conversation (roles, order, ...)
-            raise ApiError(400, f"the chat template rejected the messages: {exc}", param="messages") from None
+            text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
+        except UserError as exc:  # the template rejects the conversation (roles, order, ...)
+            raise ApiError(400, str(exc), param="messages") from None
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def answer_parser(self, req):
+        """How to read tool calls / reasoning out of this request's answers (None: plain text)."""
+        from swiftbox.pipelines.serve import toolcalls
+
+        template = getattr(self.tokenizer, "chat_template", None)
+        fmt = toolcalls.tool_format(template) if req.tools and req.tool_choice != "none" else ""
+        think = toolcalls.thinks(template)
+        if not fmt and not think:
+            return None
+        names = {t["function"]["name"] for t in req.tools or []}
+        return lambda text: toolcalls.parse(text, fmt, think=think, tool_names=names)
 
     def text_prompt(self, req) -> list[int]:
         return self.tokenizer(req.prompt)["input_ids"]
@@ -93,6 +113,7 @@ class Run:
         self.handles: list[Any] = []
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
+        self.parser = backend.answer_parser(req) if hasattr(req, "messages") else None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -147,8 +168,7 @@ class Run:
             self.cancel()
         model = self.req.model
         if chat:
-            choices = [{"index": i, "message": {"role": "assistant", "content": texts[i]}, "logprobs": None,
-                        "finish_reason": reasons[i]} for i in range(self.req.n)]
+            choices = [{"index": i, **self._message(texts[i], reasons[i])} for i in range(self.req.n)]
             return {"id": self.id, "object": "chat.completion", "created": self.created, "model": model,
                     "choices": choices, "usage": self.usage()}
         echo = self.req.prompt if getattr(self.req, "echo", False) else ""
@@ -156,6 +176,18 @@ class Run:
                    for i in range(self.req.n)]
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": model,
                 "choices": choices, "usage": self.usage()}
+
+    def _message(self, text: str, reason: Optional[str]) -> dict:
+        parsed = self.parser(text) if self.parser else None
+        if parsed is None:
+            return {"message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+        message = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning is not None:
+            message["reasoning_content"] = parsed.reasoning
+        if parsed.tool_calls:
+            message["tool_calls"] = parsed.tool_calls
+            reason = "tool_calls" if reason == "stop" else reason
+        return {"message": message, "logprobs": None, "finish_reason": reason}
 
     def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first=False) -> str:
         if chat:
@@ -170,6 +202,25 @@ class Run:
             body["usage"] = None
         return f"data: {json.dumps(body)}\n\n"
 
+    def _parsed_chunks(self, i: int, text: str, reason: str):
+        msg = self._message(text, reason)
+        m = msg["message"]
+        delta = {k: m[k] for k in ("reasoning_content", "content") if m.get(k)}
+        if delta:
+            yield self._delta_chunk(i, delta, None)
+        if m.get("tool_calls"):
+            calls = [{"index": k, **c} for k, c in enumerate(m["tool_calls"])]
+            yield self._delta_chunk(i, {"tool_calls": calls}, None)
+        yield self._delta_chunk(i, {}, msg["finish_reason"])
+
+    def _delta_chunk(self, i: int, delta: dict, reason: Optional[str]) -> str:
+        choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model,
+                "choices": [choice]}
+        if self.req.include_usage:
+            body["usage"] = None
+        return f"data: {json.dumps(body)}\n\n"
+
     async def sse(self, chat: bool):
         self.start()
         try:
@@ -178,8 +229,15 @@ class Run:
                     yield self._chunk(chat, i, "", None, first=True)
                 elif getattr(self.req, "echo", False):
                     yield self._chunk(chat, i, self.req.prompt, None)
+            held = [""] * self.req.n
             try:
                 async for i, delta, reason in self.events():
+                    if chat and self.parser:      # tool calls / reasoning: sent once the answer can be parsed
+                        held[i] += delta or ""
+                        if reason:
+                            for chunk in self._parsed_chunks(i, held[i], reason):
+                                yield chunk
+                        continue
                     if delta and reason:
                         yield self._chunk(chat, i, delta, None)
                         delta = None

@@ -57,7 +57,8 @@ def lora_rank(adapter_dir: str) -> Optional[int]:
 
 
 def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str], dtype: str, port: int,
-         internal_key: Optional[str] = None, executable: Optional[list[str]] = None) -> VllmPlan:
+         internal_key: Optional[str] = None, executable: Optional[list[str]] = None,
+         preset=None) -> VllmPlan:
     """The `vllm serve` command line and env for this config on this platform (pure: starts nothing)."""
     key = internal_key or secrets.token_urlsafe(24)
     tp = cfg.devices.n if cfg.devices else 1     # tensor parallel over every device of `devices`
@@ -75,6 +76,8 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
         argv += ["--max-num-seqs", str(cfg.max_batch_size)]
     if cfg.quantization == "bnb-4bit":
         argv += ["--quantization", "bitsandbytes"]
+    if preset is not None:          # tool calls / reasoning parsed by vLLM in the preset family's format
+        argv += preset.vllm_flags()
     notes = []
     if loras:
         argv += ["--enable-lora", "--max-loras", str(len(loras)), "--lora-modules"]

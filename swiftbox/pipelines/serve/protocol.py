@@ -5,6 +5,7 @@ OpenAI's error shape before it reaches a model. Unknown fields are ignored, as O
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal, Optional, Union
@@ -56,10 +57,47 @@ class SamplingFields(BaseModel):
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(..., min_length=1, max_length=256)
+    arguments: Union[str, dict[str, Any]] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Optional[Union[str, list[dict[str, Any]]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    name: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+    def for_template(self) -> dict:
+        """The message as chat templates read it (tool-call arguments as an object when they are JSON)."""
+        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if self.tool_calls:
+            calls = []
+            for c in self.tool_calls:
+                args = c.function.arguments
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args or "{}")
+                    except ValueError:
+                        pass
+                call = {"type": "function", "function": {"name": c.function.name, "arguments": args}}
+                calls.append({**call, "id": c.id} if c.id else call)
+            out["tool_calls"] = calls
+        for key in ("tool_call_id", "name", "reasoning_content"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
 
     def text(self) -> str:
         if self.content is None:
@@ -77,6 +115,19 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None     # vLLM's extension, e.g. {"enable_thinking": false}
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value):
+        for tool in value or []:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if tool.get("type", "function") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError("each tool must be {type: function, function: {name, parameters}}")
+        return value
 
     @model_validator(mode="after")
     def _merge_max(self):

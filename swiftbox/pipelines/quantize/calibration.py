@@ -1,47 +1,18 @@
-"""quantize step: GPTQ 4/8-bit export with gptqmodel (auto-gptq is end-of-life and cannot import with
-transformers 5), proven with numbers: size on disk vs the source, time, perplexity on held-out text before
-and after, and logit parity (cosine, argmax agreement) on the parity probe.
+"""Calibration and held-out text for the quantize step, and the GPTQ/AWQ group size that fits the layers.
 
 Calibration data: `dataset:`, else the training data named in the lineage's manifests, else the bundled
-text. The output is a plain transformers checkpoint with a `quantization_config` (quant_method gptq):
-transformers loads it when `optimum` is installed, gptqmodel loads it always (see docs/export.md).
+text. A fixed shuffle holds rows out of calibration to measure perplexity before and after on.
 """
 from __future__ import annotations
 
 import json
 import random
-import shutil
-import time
 from pathlib import Path
 
-from swiftbox.artifacts import is_adapter_dir
-from swiftbox.compat import gptqmodel_env, gptqmodel_log_dir
-from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
-from swiftbox.steps import QuantizeStep
 
-BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+BUNDLED = Path(__file__).resolve().parent.parent.parent / "assets" / "toy_corpus.txt"
 MAX_HELD_OUT = 32
-
-
-def check_input(ref: str):
-    """The ModelSpec of `ref`, refusing adapters (merge first) and models that are already quantized."""
-    from swiftbox.hub.resolve import resolve_model
-    from swiftbox.modeling.loading import resolve_spec
-
-    path = resolve_model(ref)
-    if is_adapter_dir(path):
-        raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
-                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
-                        f"{Path(str(ref)).name}-merged "
-                        "(in a recipe: put a merge: {} step before quantize)")
-    spec = resolve_spec(str(path))
-    if spec.quantized:
-        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
-                        "instead")
-    return spec
 
 
 def calibration_files(cfg, ctx) -> tuple[list[Path], str]:
@@ -173,106 +144,3 @@ def tokenize(tokenizer, texts: list[str], max_length: int) -> list[dict]:
         if ids:
             out.append({"input_ids": ids, "attention_mask": [1] * len(ids)})
     return out
-
-
-def perplexity(model, rows: list[dict]) -> float:
-    """exp(mean token negative log-likelihood) over `rows`."""
-    import math
-
-    import torch
-
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for row in rows:
-            ids = torch.tensor([row["input_ids"]], device=device)
-            if ids.shape[1] < 2:
-                continue
-            logits = model(input_ids=ids).logits.float()
-            loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="sum")
-            total, count = total + float(loss), count + ids.shape[1] - 1
-    return math.exp(total / max(count, 1))
-
-
-def weight_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
-
-
-def check(cfg: QuantizeStep, platform: Platform) -> None:
-    platform.require("gptq")
-
-
-def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
-    spec = check_input(ctx.input)
-    files, origin = calibration_files(cfg, ctx)
-
-    gptqmodel_env()
-    import gc
-
-    from gptqmodel import GPTQModel, QuantizeConfig
-
-    from swiftbox import parity as P
-    from swiftbox.modeling.loading import (
-        gptq_dtype,
-        load_model,
-        load_tokenizer,
-        resolve_spec,
-        torch_dtype,
-        transformers_loads_gptq,
-    )
-
-    started = time.time()
-    dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))
-    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
-    calib_texts, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
-    calib, held = tokenize(tokenizer, calib_texts, cfg.max_length), tokenize(tokenizer, held_texts, cfg.max_length)
-    group_size, note = fit_group_size(cfg.group_size, layer_widths(spec.base))
-    probe = P.encode(tokenizer, P.render(tokenizer, P.default_probe()))
-
-    source = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
-    ppl_before, logits_before = perplexity(source, held), P.logits_on(source, probe)
-    del source
-    gc.collect()
-
-    qconfig = QuantizeConfig(bits=cfg.bits, group_size=group_size, desc_act=cfg.desc_act, sym=cfg.sym,
-                             damp_percent=cfg.damp_percent, offload_to_disk=False)
-    model = GPTQModel.load(str(spec.base), qconfig, device=ctx.platform.torch_device(0), dtype=torch_dtype(dtype),
-                           trust_remote_code=cfg.trust_remote_code)
-    t0 = time.time()
-    with gptqmodel_log_dir(Path(ctx.work_dir) / "logs"):
-        model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer)
-    quantize_seconds = time.time() - t0
-    model.save(str(ctx.work_dir), max_shard_size=cfg.max_shard_size)
-    del model
-    gc.collect()
-    ctx.platform.empty_cache()
-    tokenizer.save_pretrained(ctx.work_dir)
-    if (spec.base / "generation_config.json").is_file():  # gptqmodel rewrites it (e.g. turns sampling on)
-        shutil.copyfile(spec.base / "generation_config.json", Path(ctx.work_dir) / "generation_config.json")
-
-    quantized = load_model(resolve_spec(str(ctx.work_dir)), ctx.platform, dtype)  # proves the output loads
-    ppl_after = perplexity(quantized, held)
-    agreement = P.compare(logits_before, P.logits_on(quantized, probe), probe["attention_mask"])
-    del quantized
-
-    size, source_size = weight_bytes(ctx.work_dir), weight_bytes(spec.base)
-    metrics = {
-        "bits": cfg.bits, "group_size": group_size,
-        "size_bytes": size, "source_size_bytes": source_size, "size_ratio": size / max(source_size, 1),
-        "quantize_seconds": round(quantize_seconds, 3), "seconds": round(time.time() - started, 3),
-        "perplexity_before": ppl_before, "perplexity_after": ppl_after, "perplexity_ratio": ppl_after / ppl_before,
-        "cosine_mean": agreement["cosine_mean"], "cosine_min": agreement["cosine_min"],
-        "argmax_agreement": agreement["argmax_agreement"],
-        "calibration_samples": len(calib), "held_out_samples": len(held),
-    }
-    quantization = {"method": "gptq", "bits": cfg.bits, "group_size": group_size, "desc_act": cfg.desc_act,
-                    "sym": cfg.sym, "tool": "gptqmodel", "calibration": [str(f) for f in files],
-                    "calibration_source": origin, "held_out_disjoint": disjoint,
-                    "loads_with": ["gptqmodel"] + (["transformers"] if transformers_loads_gptq() else [])}
-    if note:
-        quantization["note"] = note
-    return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
-                                             "source_model": str(spec.base), "dtype": dtype})
-
-
-PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)

@@ -1,0 +1,90 @@
+"""Datasets: read files (reading), normalise the peers' row formats into chat messages (formats), find each
+assistant reply in the chat template's full rendering (render) and turn conversations into labelled tokens,
+DPO prompt/completion strings and scored choices (encode). Nothing here imports torch.
+
+Public API used by the pipelines:
+    load_sft / load_dpo / load_eval / load_texts      rows from dataset specs
+    tokenize_sft(rows, tokenizer, max_length)        -> ([{input_ids, labels}], Counts)
+    dpo_strings(rows, tokenizer, max_length)         -> ([{prompt, chosen, rejected}], Counts)
+    encode(tokenizer, messages, tools, only_last=)   -> Encoded (ids, labels, reply token ranges)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+from swiftbox.data.encode import Counts, Encoded, dpo_strings, encode, fit, tokenize_sft
+from swiftbox.data.formats import DPO_FORMATS, SFT_FORMATS, Skip, dpo_row, sft_row
+from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
+from swiftbox.data.render import locate, render
+from swiftbox.errors import UserError
+
+__all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "tokenize_sft", "DPO_FORMATS", "SFT_FORMATS",
+           "dpo_row", "sft_row", "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render",
+           "use_chat_template", "load_sft", "load_dpo", "load_eval", "load_texts"]
+
+Dataset = Union[str, list[str]]
+
+
+def _normalise(rows, convert, formats: Iterable[str], kind: str) -> list:
+    out = []
+    for path, no, row in rows:
+        try:
+            out.append(convert(row))
+        except Skip:
+            raise UserError(f"dataset {path}: columns {sorted(row)} (row {no}) fit no {kind} format; "
+                            f"expected one of: {' | '.join(formats)}") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise UserError(f"dataset {path}: row {no}: {exc}") from None
+    return out
+
+
+def use_chat_template(tokenizer, path: Optional[str]) -> None:
+    """Replace the tokenizer's chat template with the Jinja file at `path` (saved with the artifact)."""
+    if not path:
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise UserError(f"chat_template {path}: file not found; expected a Jinja (.jinja) chat template file")
+    tokenizer.chat_template = file.read_text(encoding="utf-8")
+
+
+def load_sft(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:
+    """{"messages": [...], "tools"?} per row."""
+    return _normalise(read_rows(dataset, seed, max_row_chars), sft_row, SFT_FORMATS, "SFT")
+
+
+def load_dpo(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:
+    """{"prompt", "chosen", "rejected" (message lists), "tools"?} per row."""
+    return _normalise(read_rows(dataset, seed, max_row_chars), dpo_row, DPO_FORMATS, "DPO")
+
+
+def load_eval(dataset: Dataset, limit: Optional[int] = None) -> list[tuple[list[dict], str]]:
+    """(prompt messages, reference) pairs: prompt = all but the last assistant turn."""
+    rows = read_rows(dataset)
+    if limit:
+        rows = rows[:limit]
+    return [(r["messages"][:-1], r["messages"][-1]["content"]) for r in _normalise(rows, sft_row, SFT_FORMATS, "eval")]
+
+
+def load_texts(path: Union[str, Path]) -> list[str]:
+    """Texts for perplexity: a .txt file (paragraphs) or rows with `text` (else rendered as plain turns)."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() == ".txt":
+        if not path.is_file():
+            raise UserError(f"perplexity {path}: file not found; expected a .txt, .jsonl, .json or .parquet file")
+        texts = [p.strip() for p in path.read_text(encoding="utf-8", errors="replace").split("\n\n") if p.strip()]
+        if not texts:
+            raise UserError(f"perplexity {path}: holds no text")
+        return texts
+    out = []
+    for p, _no, row in read_rows(str(path)):
+        if isinstance(row.get("text"), str):
+            out.append(row["text"])
+            continue
+        try:
+            out.append("\n".join(m["content"] for m in sft_row(row)["messages"]))
+        except (Skip, ValueError, TypeError, KeyError):
+            raise UserError(f"perplexity {p}: columns {sorted(row)} hold no text; expected text or one of: "
+                            f"{' | '.join(SFT_FORMATS)}") from None
+    return out

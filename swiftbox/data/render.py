@@ -1,0 +1,324 @@
+"""Where each assistant reply sits in the chat template's rendering of the whole conversation.
+
+The labelled text of a conversation is exactly what the template renders for each assistant reply (its
+reasoning, content and tool calls as printed there) plus the end-of-turn marker after it, found in the ONE
+full rendering. Two ways, both right by construction:
+
+- templates with `{% generation %}` markers: transformers reports the marked tokens
+  (`return_assistant_tokens_mask`); their character spans are read off the token offsets;
+- any other template: render the conversation a second time with only reply i's payload altered (every
+  non-blank character of its content, reasoning and tool-call values changed, the structure kept). The two
+  renderings differ exactly where the template prints that payload; the span is widened back to the end of
+  the assistant header (the text `add_generation_prompt` adds, or its longest prefix found there) and
+  forward over the end-of-turn marker.
+
+Partial renderings are never subtracted from each other, so templates that render earlier turns differently
+from the last (Qwen3, DeepSeek-R1, Mistral with a system prompt) come out right. A template that drops a
+reply, or prints it where other turns' text would fall inside its span, is refused (UserError) with a remedy.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from swiftbox.errors import UserError
+
+THINK_TAG = re.compile(r"</?think>")
+GAP_LIMIT = 200          # most characters of decoration between a reply's last payload char and its end marker
+MIN_FOREIGN = 4          # other turns' texts shorter than this are not checked for inside a reply span
+
+
+@dataclass(frozen=True)
+class Span:
+    message: int         # index of the assistant message in the conversation
+    start: int           # character offsets into the rendering
+    end: int
+
+
+def template_name(tokenizer) -> str:
+    return str(getattr(tokenizer, "name_or_path", "") or "the tokenizer")
+
+
+def has_generation_markers(tokenizer) -> bool:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(template, str) and re.search(r"{%-?\s*generation\s*-?%}", template) is not None
+
+
+def _clean(messages: list[dict]) -> list[dict]:
+    """Messages as the template should see them: swiftbox's own keys (per-turn `loss`) removed."""
+    return [{k: v for k, v in m.items() if k != "loss"} for m in messages]
+
+
+def _string_arguments(messages: list[dict]) -> list[dict]:
+    out = copy.deepcopy(messages)
+    for m in out:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            if not isinstance(fn.get("arguments"), str):
+                fn["arguments"] = json.dumps(fn.get("arguments"), ensure_ascii=False)
+    return out
+
+
+def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, generation_prompt: bool = False,
+           **template_kwargs: Any) -> str:
+    """The template's text for `messages` (tool-call arguments as objects, or as JSON strings for templates
+    that concatenate them). A template error is bad input: one line naming the template."""
+    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt, **template_kwargs}
+    if tools:
+        kwargs["tools"] = tools
+    msgs = _clean(messages)
+    try:
+        return tokenizer.apply_chat_template(msgs, **kwargs)
+    except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
+        if any(m.get("tool_calls") for m in msgs):    # templates disagree: arguments object/string, content None/""
+            blank = [dict(m, content="") if m.get("content") is None else m for m in msgs]
+            for variant in (_string_arguments(msgs), blank, _string_arguments(blank)):
+                try:
+                    return tokenizer.apply_chat_template(variant, **kwargs)
+                except Exception:  # noqa: BLE001
+                    continue
+        reason = str(first).splitlines()[0] if str(first) else type(first).__name__
+        raise UserError(f"the chat template of {template_name(tokenizer)} rejected a conversation ({reason}); "
+                        f"check the roles/order the model accepts or give chat_template: a .jinja file") from None
+
+
+# -- altering one reply's payload -------------------------------------------------------------------------
+def _alter_text(text: str) -> str:
+    """Every non-blank character changed, blanks and <think> tags kept (templates strip / split on them)."""
+    out, pos = [], 0
+    for match in THINK_TAG.finditer(text):
+        out.append(_alter_chars(text[pos:match.start()]))
+        out.append(match.group())
+        pos = match.end()
+    out.append(_alter_chars(text[pos:]))
+    return "".join(out)
+
+
+def _alter_chars(text: str) -> str:
+    return "".join(c if c.isspace() else ("b" if c == "a" else "a") for c in text)
+
+
+def _alter_value(value):
+    if isinstance(value, str):
+        return _alter_text(value)
+    if isinstance(value, bool) or value is None:
+        return (not value) if isinstance(value, bool) else value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return [_alter_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _alter_value(v) for k, v in value.items()}
+    return value
+
+
+def _altered(message: dict) -> dict:
+    m = copy.deepcopy(message)
+    if isinstance(m.get("content"), str):
+        m["content"] = _alter_text(m["content"])
+    if isinstance(m.get("reasoning_content"), str):
+        m["reasoning_content"] = _alter_text(m["reasoning_content"])
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function", {})
+        if isinstance(fn.get("name"), str):
+            fn["name"] = _alter_text(fn["name"])
+        if isinstance(fn.get("arguments"), str):
+            try:
+                fn["arguments"] = json.dumps(_alter_value(json.loads(fn["arguments"])), ensure_ascii=False)
+            except ValueError:
+                fn["arguments"] = _alter_text(fn["arguments"])
+        elif "arguments" in fn:
+            fn["arguments"] = _alter_value(fn["arguments"])
+    return m
+
+
+def payload_texts(message: dict) -> list[str]:
+    texts = [message.get("content") or "", message.get("reasoning_content") or ""]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        texts += [str(fn.get("name", "")), json.dumps(fn.get("arguments"), ensure_ascii=False)]
+    return [t for t in texts if t]
+
+
+def _diff(a: str, b: str) -> tuple[int, int]:
+    """Start and end (in `a`) of the region where `a` and `b` differ."""
+    limit = min(len(a), len(b))
+    p = 0
+    while p < limit and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < limit - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
+        s += 1
+    return p, len(a) - s
+
+
+# -- the template's fixed pieces -------------------------------------------------------------------------
+def header(tokenizer, before: list[dict], tools, **kw) -> str:
+    """What `add_generation_prompt` appends after `before`: the assistant header (and any forced prefix)."""
+    if not before:
+        return ""
+    try:
+        with_prompt = render(tokenizer, before, tools, generation_prompt=True, **kw)
+        without = render(tokenizer, before, tools, **kw)
+    except UserError:
+        return ""
+    p = 0
+    while p < min(len(with_prompt), len(without)) and with_prompt[p] == without[p]:
+        p += 1
+    return with_prompt[p:]
+
+
+_PROBES: dict = {}
+
+
+def _memo(kind: str, tokenizer, kw: dict, compute) -> str:
+    """Per-template facts (end-of-turn marker, user closing text) computed once per tokenizer + template."""
+    key = (kind, id(tokenizer), getattr(tokenizer, "chat_template", None), tuple(sorted(kw.items())))
+    if key not in _PROBES:
+        _PROBES[key] = compute()
+    return _PROBES[key]
+
+
+def end_of_turn(tokenizer, **kw) -> str:
+    """The marker the template writes right after a reply (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>, ...);
+    '' for templates that write none (GLM-4, Baichuan2)."""
+    return _memo("eot", tokenizer, kw, lambda: _end_of_turn(tokenizer, **kw))
+
+
+def _end_of_turn(tokenizer, **kw) -> str:
+    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
+    try:
+        text = render(tokenizer, probe, **kw)
+    except UserError:
+        return ""
+    at = text.rfind("PONG")
+    trailer = text[at + 4:] if at >= 0 else ""
+    specials = sorted((t for t in getattr(tokenizer, "all_special_tokens", []) or [] if t), key=len, reverse=True)
+    for tok in specials:
+        if trailer.startswith(tok):
+            return tok
+    close = re.match(r"(<[^<>\s]+>|\[[^\[\]\s]+\])", trailer)    # <...>, </s> or [...]; not plain text
+    return close.group() if close else ""
+
+
+# -- spans -------------------------------------------------------------------------------------------------
+def _refuse(tokenizer, turn: int, why: str) -> UserError:
+    return UserError(f"chat template of {template_name(tokenizer)}: {why} (assistant message {turn + 1}); swiftbox "
+                     f"will not guess which tokens to train. Remedy: give chat_template: a .jinja file that renders "
+                     f"every reply (ideally with {{% generation %}} markers), or reshape the data")
+
+
+def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> tuple[str, list[Span]]:
+    """The full rendering of `messages` and the span of every assistant reply in it (in message order)."""
+    text = render(tokenizer, messages, tools, **kw)
+    if has_generation_markers(tokenizer):
+        marked = _marked_spans(tokenizer, messages, tools, text, **kw)
+        if marked is not None:
+            return text, marked
+    eot = end_of_turn(tokenizer, **kw)
+    spans: list[Span] = []
+    prev_end = 0
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    for i in replies:
+        alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
+        start, end = _diff(text, alt)
+        if start >= end:
+            if not payload_texts(messages[i]):
+                continue    # an empty reply: nothing to train
+            raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls)")
+        start = _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw)
+        end = _widen_end(text, end, eot, messages[i + 1:])
+        _check_foreign(tokenizer, messages, i, text[start:end])
+        if start < prev_end:
+            raise _refuse(tokenizer, i, "this reply's text overlaps the previous reply's")
+        spans.append(Span(i, start, end))
+        prev_end = end
+    return text, spans
+
+
+def _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw) -> int:
+    """Back to the end of the assistant header; for templates without one (Mistral: the reply follows
+    [/INST]), back to the end of the preceding user turn's closing text."""
+    head = header(tokenizer, messages[:i], tools, **kw)
+    region = text[prev_end:start]
+    for n in range(len(head), 0, -1):
+        at = region.rfind(head[:n])
+        if at >= 0:
+            return prev_end + at + n
+    if head or i == 0 or messages[i - 1]["role"] != "user" or not messages[i - 1].get("content"):
+        return start
+    user_start, user_end = _diff(text, render(tokenizer, messages[:i - 1] + [_altered(messages[i - 1])]
+                                              + messages[i:], tools, **kw))
+    closing = _user_closing(tokenizer, **kw)
+    if closing and prev_end <= user_end <= start and text.startswith(closing, user_end):
+        return user_end + len(closing)
+    return start
+
+
+def _user_closing(tokenizer, **kw) -> str:
+    """What a template writes between a user turn's text and the reply when it has no assistant header."""
+    return _memo("closing", tokenizer, kw, lambda: _closing(tokenizer, **kw))
+
+
+def _closing(tokenizer, **kw) -> str:
+    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
+    try:
+        text = render(tokenizer, probe, **kw)
+    except UserError:
+        return ""
+    a, b = text.rfind("PING"), text.rfind("PONG")
+    return text[a + 4:b] if 0 <= a < b else ""
+
+
+def _widen_end(text: str, end: int, eot: str, later: list[dict]) -> int:
+    if not eot:
+        return end
+    at = text.find(eot, end)
+    if at < 0 or at - end > GAP_LIMIT:
+        return end
+    gap = text[end:at]
+    if any(len(c) >= 1 and c in gap for c in (m.get("content") or "" for m in later) if c.strip()):
+        return end
+    return at + len(eot)
+
+
+def _check_foreign(tokenizer, messages, i, span_text: str) -> None:
+    own = payload_texts(messages[i])
+    for j, m in enumerate(messages):
+        content = m.get("content") or ""
+        if j == i or len(content.strip()) < MIN_FOREIGN or not isinstance(content, str):
+            continue
+        if content in span_text and not any(content in t for t in own):
+            raise _refuse(tokenizer, i, f"message {j + 1} ({m['role']}) would fall inside this reply's span")
+
+
+def _marked_spans(tokenizer, messages, tools, text, **kw) -> Optional[list[Span]]:
+    """Spans from {% generation %} markers (transformers' assistant mask), or None when unusable here."""
+    kwargs = {"tokenize": True, "return_dict": True, "return_assistant_tokens_mask": True, **kw}
+    if tools:
+        kwargs["tools"] = tools
+    try:
+        enc = tokenizer.apply_chat_template(_clean(messages), **kwargs)
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    except Exception:  # noqa: BLE001 - slow tokenizer or template without usable markers: locate instead
+        return None
+    if list(enc["input_ids"]) != list(offsets["input_ids"]):
+        return None
+    mask, spans_chars = list(enc["assistant_masks"]), []
+    k = 0
+    while k < len(mask):
+        if mask[k]:
+            j = k
+            while j < len(mask) and mask[j]:
+                j += 1
+            spans_chars.append((offsets["offset_mapping"][k][0], offsets["offset_mapping"][j - 1][1]))
+            k = j
+        else:
+            k += 1
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if len(spans_chars) != len(replies):
+        return None
+    return [Span(i, s, e) for i, (s, e) in zip(replies, spans_chars)]

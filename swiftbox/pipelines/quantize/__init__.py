@@ -1,0 +1,195 @@
+"""quantize step: GPTQ / AWQ (gptqmodel), bitsandbytes NF4 / int8 and FP8 (transformers) exports, each proven
+with numbers and gated: size on disk vs the source, time, perplexity on held-out text before and after, logit
+parity (cosine, argmax agreement) on the parity probe, eval accuracy before/after (with `eval_dataset:`), and
+a look at the saved tensors (every decoder linear layer must be stored quantized). Past a tolerance the step
+fails (exit 1) and nothing is written. GGUF is refused (exit 3): no installable library writes llama.cpp's
+files (see docs/export.md).
+
+Pieces: calibration.py (calibration / held-out text, group size), gptqmodel_writer.py (gptq, awq),
+transformers_writer.py (bnb, fp8), quality.py (figures, tensor inspection, tolerances).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from swiftbox.artifacts import is_adapter_dir
+from swiftbox.device import Platform
+from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.pipelines.quantize.calibration import (
+    BUNDLED,
+    calibration_files,
+    fit_group_size,
+    layer_widths,
+    lineage_datasets,
+    read_texts,
+    split_held_out,
+    tokenize,
+)
+from swiftbox.steps import QuantizeStep
+
+
+@dataclass(frozen=True)
+class Method:
+    feature: str            # capability the platform must have (swiftbox.device)
+    writer: str             # module under swiftbox.pipelines.quantize that writes it
+    calibrated: bool        # needs calibration rows
+    sixteen_bit: bool       # its kernels compute in 16-bit (the export is loaded in bf16/fp16)
+
+
+METHODS: dict[str, Method] = {
+    "gptq": Method("gptq", "gptqmodel_writer", True, True),
+    "awq": Method("awq", "gptqmodel_writer", True, True),
+    "bnb": Method("bnb", "transformers_writer", False, False),
+    "fp8": Method("fp8", "transformers_writer", False, True),
+    "gguf": Method("gguf", "", False, False),
+}
+
+
+class QualityGateFailed(SwiftboxError):
+    """The export broke a documented tolerance (exit 1); nothing was written."""
+
+
+def check(cfg: QuantizeStep, platform: Platform) -> None:
+    """Refusals that need only the device (exit 3 with the alternative)."""
+    platform.require(METHODS[cfg.method].feature)
+
+
+def check_input(ref: str):
+    """The ModelSpec of `ref`, refusing adapters (merge first) and models that are already quantized."""
+    from swiftbox.hub.resolve import resolve_model
+    from swiftbox.modeling.loading import resolve_spec
+
+    path = resolve_model(ref)
+    if is_adapter_dir(path):
+        raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
+                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
+                        f"{Path(str(ref)).name}-merged "
+                        "(in a recipe: put a merge: {} step before quantize)")
+    spec = resolve_spec(str(path))
+    if spec.quantized:
+        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
+                        "instead")
+    return spec
+
+
+def layout_of(cfg) -> str:
+    """The on-disk layout quality.inspect_export checks for."""
+    return f"bnb-{cfg.bits}" if cfg.method == "bnb" else cfg.method
+
+
+def accuracy(model, tokenizer, pairs: list) -> float:
+    """Greedy accuracy on (messages, reference) pairs, as the eval step measures it."""
+    from swiftbox.pipelines.eval import generate, matches
+
+    predictions = generate(model, tokenizer, [p for p, _ in pairs], 16, 16)
+    return round(sum(matches(pred, ref, "exact") for pred, (_, ref) in zip(predictions, pairs)) / len(pairs), 4)
+
+
+def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+    import gc
+    import importlib
+
+    from swiftbox import parity as P
+    from swiftbox.modeling.loading import gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype
+    from swiftbox.pipelines.quantize import quality
+
+    check(cfg, ctx.platform)
+    method = METHODS[cfg.method]
+    spec = check_input(ctx.input)
+    files, origin = calibration_files(cfg, ctx)
+    pairs = []
+    if cfg.eval_dataset:
+        from swiftbox import data
+
+        pairs = data.load_eval(cfg.eval_dataset, None)
+
+    started = time.time()
+    dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype)) if method.sixteen_bit else ctx.dtype(cfg.dtype)
+    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
+    calib_texts, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
+    calib, held = tokenize(tokenizer, calib_texts, cfg.max_length), tokenize(tokenizer, held_texts, cfg.max_length)
+    group_size, note = fit_group_size(cfg.group_size, layer_widths(spec.base)) if method.calibrated else (-1, None)
+    probe = P.encode(tokenizer, P.render(tokenizer, P.default_probe()))
+
+    source = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
+    ppl_before, logits_before = quality.perplexity(source, held), P.logits_on(source, probe)
+    acc_before = accuracy(source, tokenizer, pairs) if pairs else None
+    del source
+    gc.collect()
+
+    writer = importlib.import_module(f"swiftbox.pipelines.quantize.{method.writer}")
+    t0 = time.time()
+    facts = writer.write(cfg, spec, ctx, tokenizer, calib, torch_dtype(dtype), group_size)
+    quantize_seconds = time.time() - t0
+    tokenizer.save_pretrained(ctx.work_dir)
+    if (spec.base / "generation_config.json").is_file():  # gptqmodel rewrites it (e.g. turns sampling on)
+        shutil.copyfile(spec.base / "generation_config.json", Path(ctx.work_dir) / "generation_config.json")
+
+    inspection = quality.inspect_export(spec.base, ctx.work_dir, layout_of(cfg))
+    metrics: dict = {"method": cfg.method, "bits": cfg.bits}
+    if not inspection["error"]:
+        quantized = load_model(resolve_spec(str(ctx.work_dir)), ctx.platform, dtype)  # proves the output loads
+        ppl_after = quality.perplexity(quantized, held)
+        agreement = P.compare(logits_before, P.logits_on(quantized, probe), probe["attention_mask"])
+        acc_after = accuracy(quantized, tokenizer, pairs) if pairs else None
+        del quantized
+        size, source_size = quality.weight_bytes(ctx.work_dir), quality.weight_bytes(spec.base)
+        metrics.update({
+            "group_size": group_size,
+            "size_bytes": size, "source_size_bytes": source_size, "size_ratio": size / max(source_size, 1),
+            "quantize_seconds": round(quantize_seconds, 3), "seconds": round(time.time() - started, 3),
+            "perplexity_before": ppl_before, "perplexity_after": ppl_after, "perplexity_ratio": ppl_after / ppl_before,
+            "cosine_mean": agreement["cosine_mean"], "cosine_min": agreement["cosine_min"],
+            "argmax_agreement": agreement["argmax_agreement"],
+            "quantized_modules": inspection["quantized_modules"], "linear_modules": inspection["linear_modules"],
+            "calibration_samples": len(calib) if method.calibrated else 0, "held_out_samples": len(held),
+        })
+        if acc_before is not None and acc_after is not None:
+            metrics.update(accuracy_before=acc_before, accuracy_after=acc_after, accuracy_drop=acc_before - acc_after)
+    tol = quality.tolerances(cfg.bits or 4, cfg.tolerance.model_dump())
+    broken = quality.gate(metrics, inspection, tol)
+    if broken:
+        raise QualityGateFailed(f"quantize: the {cfg.method} {cfg.bits}-bit export fails its quality gate: "
+                                f"{'; '.join(broken)}; nothing was written (tolerances: docs/export.md, "
+                                "or set quantize.tolerance.*)")
+    quantization = {"method": cfg.method, "bits": cfg.bits, **facts, "tolerances": tol,
+                    "calibration": [str(f) for f in files], "calibration_source": origin,
+                    "held_out_disjoint": disjoint, "loads_with": loaders(cfg.method)}
+    if note:
+        quantization["note"] = note
+    return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
+                                             "source_model": str(spec.base), "dtype": dtype})
+
+
+def loaders(method: str) -> list[str]:
+    """Which loaders open an export of `method` on this machine (docs/export.md has the full table)."""
+    from swiftbox.modeling.loading import transformers_loads_gptq
+
+    if method == "gptq":
+        return ["gptqmodel"] + (["transformers"] if transformers_loads_gptq() else [])
+    if method == "awq":
+        return ["transformers", "gptqmodel"]
+    return ["transformers"]
+
+
+PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)
+
+__all__ = [
+    "BUNDLED",
+    "METHODS",
+    "QualityGateFailed",
+    "calibration_files",
+    "check",
+    "check_input",
+    "fit_group_size",
+    "layer_widths",
+    "lineage_datasets",
+    "read_texts",
+    "run",
+    "split_held_out",
+    "tokenize",
+]

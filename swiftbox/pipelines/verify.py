@@ -1,0 +1,32 @@
+"""verify step: the pre-deploy gate (swiftbox.verify) as a recipe step - `- verify: {}` after quantize checks
+the exported model, its lineage and the served answers; it writes report.json and fails (exit 1) on any
+failed check, naming them. `./launch.sh verify ARTIFACT` is the same gate with a table on the terminal.
+"""
+from __future__ import annotations
+
+import json
+
+from swiftbox.errors import SwiftboxError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import VerifyStep
+
+
+class VerifyFailed(SwiftboxError):
+    """A pre-deploy check failed (exit 1)."""
+
+
+def run(cfg: VerifyStep, ctx: StepContext) -> StepResult:
+    from swiftbox.verify import read_probe, verify
+
+    report = verify(str(ctx.input), engine=cfg.engine, against=cfg.against, dtype=cfg.dtype, serve=cfg.serve,
+                    probe=read_probe(cfg.probe), platform=ctx.platform)
+    (ctx.work_dir / "report.json").write_text(json.dumps(report.as_dict(), indent=1, default=str))
+    if not report.ok:
+        raise VerifyFailed(f"verify: {len(report.failures)} check(s) failed: "
+                           + "; ".join(c.line() for c in report.failures[:3]))
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("ok", "skip")}
+    return StepResult(metrics={"checks": len(report.checks), "passed": counts["ok"], "skipped": counts["skip"]},
+                      info={"artifact": "report", "verify": report.as_dict()})
+
+
+PIPELINE = declare("verify", VerifyStep, produces_model=False, run=run)

@@ -1,0 +1,159 @@
+"""`./launch.sh verify ARTIFACT [--engine builtin|vllm] [--against BASE_OR_ADAPTER]`: the pre-deploy gate.
+
+One table, exit 1 when any check fails, each failure also printed as one line naming what is wrong:
+- files (files.py): safetensors only and readable, quantized layers really quantized, tokenizer, chat
+  template renders the probe, generation config stops at the end of turn and does not sample by surprise;
+- engine (engine_fit.py): adapters against the engine's LoRA limits, the quantization format against
+  what the engine serves on this platform;
+- parity (chain.py): base+adapter -> merged -> quantized -> served, per link max |Δlogit|, argmax and
+  greedy-answer agreement with thresholds per link type.
+
+    import swiftbox as sb
+    report = sb.verify("runs/quickstart/quantize")     # Report; report.ok, report.failures
+(`swiftbox.verify` is both this package and the function, as `swiftbox.parity` is; the recipe step
+`- verify: {}` runs the same gate through swiftbox/pipelines/verify.py.)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import types
+from collections.abc import Sequence
+from pathlib import Path
+
+from swiftbox.errors import Unsupported, UserError
+from swiftbox.verify.report import Check, Report, print_table
+
+ENGINES = ("builtin", "vllm")
+
+
+def _heads(spec) -> list[tuple[str, Path]]:
+    """(label, folder) of what the artifact loads: the base (model or quantized export) and its adapters."""
+    return [("model", spec.base)] + [(f"adapter {a.name}", a) for a in spec.adapters]
+
+
+def static_checks(report: Report, artifact: str, engine: str, platform, probe: list):
+    """files + engine fit (no weights loaded into a model). Returns the artifact's ModelSpec, or None."""
+    from swiftbox.modeling.loading import resolve_spec
+    from swiftbox.verify import engine_fit, files
+
+    try:
+        spec = resolve_spec(artifact)
+    except UserError as exc:
+        report.add("files", "artifact", False, str(exc))
+        return None
+    weights_ok = all([files.check_weights(report, label, folder) for label, folder in _heads(spec)])  # noqa: C419 - every head checked
+    tok = files.check_tokenizer(report, "tokenizer", spec, probe)
+    files.check_generation_config(report, "model", spec.base, tok)
+    base_vocab = _vocab_size(spec.base)
+    engine_fit.check_adapters(report, spec.adapters, engine, base_vocab)
+    engine_fit.check_quantization(report, spec.quantized, engine, platform)
+    return spec if weights_ok and tok is not None else None
+
+
+def _vocab_size(folder: Path) -> int | None:
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+
+
+def verify(artifact: str, *, engine: str = "builtin", against: str | None = None, device: str | None = None,
+           dtype: str = "auto", serve: bool = True, probe: Sequence | None = None, platform=None) -> Report:
+    """Run the whole gate on `artifact` (a model, adapter, merged or quantized directory)."""
+    from swiftbox import parity as P
+    from swiftbox.device import current_platform
+    from swiftbox.verify import chain
+
+    if engine not in ENGINES:
+        raise UserError(f"verify --engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    if not Path(artifact).exists() and artifact != "toy":
+        raise UserError(f"verify: {artifact} does not exist; pass a model, adapter, merged or quantized directory")
+    platform = platform or current_platform(device)
+    dt = platform.resolve_dtype(dtype)
+    items = list(probe) if probe is not None else P.default_probe()
+    report = Report(artifact=artifact, engine=engine)
+    spec = static_checks(report, artifact, engine, platform, items)
+    if spec is None:
+        report.add("parity", "chain", None, "skipped: the files above must pass first")
+        return report
+    nodes = chain.build_chain(artifact, against)
+    for node in nodes[:-1]:  # the artifact itself was checked above; check what the chain adds
+        node_spec = static_checks(Report(node.ref, engine), node.ref, "builtin", platform, items)
+        if node_spec is None:
+            report.add("parity", f"{node.label} ({node.ref})", False, "cannot be loaded (run verify on it for why)")
+            return report
+    chain.measure(nodes, platform, dt, items)
+    chain.check_links(report, nodes, dt)
+    if not serve:
+        report.add("parity", "served", None, "skipped (--no-serve)")
+    elif engine == "vllm" and platform.why_not("vllm") is not None:
+        refusal = platform.why_not("vllm")
+        report.add("parity", f"{nodes[-1].label} -> served (vllm)", None, f"skipped: {refusal.why}")
+    elif engine == "vllm":
+        report.add("parity", f"{nodes[-1].label} -> served (vllm)", None,
+                   "skipped: the HTTP link is measured with the built-in engine; run verify --engine builtin")
+    else:
+        with tempfile.TemporaryDirectory(prefix="swiftbox-verify-") as work:
+            chain.check_served(report, nodes[-1], platform, dt, items, Path(work))
+    return report
+
+
+def startup_gate(ref: str, engine: str, platform) -> None:
+    """The cheap part of the gate, for `serve` before it starts: files + engine fit. Raises UserError (2) for
+    broken files and Unsupported (3) when the engine cannot load the artifact here."""
+    from swiftbox import parity as P
+
+    report = Report(artifact=ref, engine=engine)
+    static_checks(report, ref, engine, platform, P.default_probe(4))
+    failures = report.failures
+    if not failures:
+        return
+    first: Check = failures[0]
+    cls = Unsupported if first.section == "engine" else UserError
+    raise cls(f"serve: {ref} fails the pre-deploy check ({first.line()}); see ./launch.sh verify {ref}")
+
+
+def read_probe(path: str | None) -> list | None:
+    """Probe conversations from a file (None: the built-in probe); plain prompts become user turns."""
+    from swiftbox import parity as P
+
+    if not path:
+        return None
+    return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in P.read_probe(path)]
+
+
+def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
+    from swiftbox.args import OneLineParser
+
+    parser = OneLineParser(prog="swiftbox verify")
+    parser.add_argument("--engine", default="builtin", choices=ENGINES, help="the engine you will deploy on")
+    parser.add_argument("--against", default=None, help="base model or adapter to start the parity chain from")
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--probe", default=None, help="prompts: .txt (one a line) or .jsonl; default: built-in")
+    parser.add_argument("--no-serve", action="store_true", help="skip the HTTP link through the engine")
+    parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+    args = parser.parse_args([x for x in extra_args if x != "--"])
+    report = verify(artifact, engine=args.engine, against=args.against, device=args.device, dtype=args.dtype,
+                    serve=not args.no_serve, probe=read_probe(args.probe))
+    if args.json:
+        print(json.dumps(report.as_dict(), default=str))
+    else:
+        print_table(report)
+    return 0 if report.ok else 1
+
+
+__all__ = ["Check", "Report", "startup_gate", "verify", "verify_cli"]
+
+
+class _CallableModule(types.ModuleType):
+    """`swiftbox.verify` is both this package and the function (see swiftbox.parity for why)."""
+
+    def __call__(self, *args, **kwargs):
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,137 @@
+"""Tool calling and reasoning end to end: the answer parsers of the built-in engine (each family's format),
+vLLM's parser flags from the preset, the OpenAI tool conversation through the official client, and (slow) a
+toy model trained on tool-calling data whose served answer comes back as `tool_calls`."""
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from swiftbox.pipelines.serve import toolcalls
+from tests.serve_fixtures import KEY, start_server
+
+TEMPLATES = "tests/fixtures/templates/"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def template(name: str) -> str:
+    with open(TEMPLATES + name + ".jinja", encoding="utf-8") as fh:
+        return fh.read()
+
+
+@pytest.mark.parametrize("name,text,content", [
+    ("Qwen-Qwen2.5-7B-Instruct", 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                                 '</tool_call>', "Let me check."),
+    ("mistralai-Mistral-Nemo-Instruct-2407", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+     None),
+    ("mistralai-Mistral-Nemo-Instruct-2407", '[{"name": "get_weather", "arguments": {"city": "Paris"}}]', None),
+    ("meta-llama-Llama-3.1-8B-Instruct", '{"name": "get_weather", "parameters": {"city": "Paris"}}', None),
+    ("THUDM-glm-4-9b-chat", 'get_weather\n{"city": "Paris"}', None),
+])
+def test_each_family_tool_call_format_parses(name, text, content):
+    fmt = toolcalls.tool_format(template(name))
+    parsed = toolcalls.parse(text, fmt, tool_names={"get_weather"})
+    assert parsed.content == content
+    (call,) = parsed.tool_calls
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather" and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+
+
+def test_plain_or_malformed_answers_stay_content_and_reasoning_splits():
+    fmt = toolcalls.tool_format(template("Qwen-Qwen2.5-7B-Instruct"))
+    assert toolcalls.parse("It is sunny.", fmt).tool_calls == []
+    bad = toolcalls.parse('<tool_call>{"name": oops}</tool_call>', fmt)
+    assert bad.tool_calls == [] and "oops" in bad.content
+    assert toolcalls.thinks(template("Qwen-Qwen3-0.6B")) and not toolcalls.thinks(template("Qwen-Qwen2.5-7B-Instruct"))
+    r = toolcalls.parse("<think>\nPlan it.\n</think>\n\nHello.", "", think=True)
+    assert (r.reasoning, r.content) == ("Plan it.", "Hello.")
+    r1 = toolcalls.parse("Plan it.\n</think>\n\nHello.", "", think=True)      # R1: the prompt opened <think>
+    assert (r1.reasoning, r1.content) == ("Plan it.", "Hello.")
+
+
+def test_vllm_gets_the_presets_parsers():
+    from swiftbox.device.cpu import CpuPlatform
+    from swiftbox.modeling import registry
+    from swiftbox.pipelines.serve.engine_vllm import plan
+    from swiftbox.steps import ServeStep
+
+    def argv(ref):
+        return plan(ServeStep(engine="vllm"), CpuPlatform(), model_path="/m", base_name="m", loras={},
+                    dtype="bfloat16", port=1, preset=registry.find(ref)).argv
+
+    qwen3 = " ".join(argv("qwen3-0.6b"))
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in qwen3 and "--reasoning-parser qwen3" in qwen3
+    assert "--tool-call-parser llama3_json" in " ".join(argv("llama-3.2-1b-instruct"))
+    r1 = " ".join(argv("deepseek-r1-distill-qwen-1.5b"))
+    assert "--reasoning-parser deepseek_r1" in r1 and "--tool-call-parser" not in r1
+    assert "--tool-call-parser" not in " ".join(argv("toy-not-a-preset"))
+
+
+@pytest.fixture(scope="module")
+def live(toy_dir, tmp_path_factory):
+    server, _names, stop = start_server("toy", work_dir=tmp_path_factory.mktemp("tools"))
+    yield server
+    stop()
+
+
+def test_openai_tool_conversation_is_accepted(live):
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
+    r = client.chat.completions.create(model="toy", messages=messages, tools=[WEATHER], tool_choice="auto",
+                                       max_tokens=4, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        client.chat.completions.create(model="toy", messages=messages, tools=[WEATHER], tool_choice="required",
+                                       max_tokens=4)
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="toy", messages=messages, tools=[{"type": "function", "function": {}}])
+
+
+TOOL_ROW = {"messages": [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}],
+    "tools": [WEATHER]}
+
+
+@pytest.mark.slow
+def test_tool_calling_sft_then_served_tool_calls(tmp_path):
+    """LoRA SFT on tool-calling rows trains (the loss falls); a toy trained fully on them, served with the
+    Qwen2.5 template it was trained with, answers through the openai client with `tool_calls`."""
+    from swiftbox.runner import run_recipe
+
+    path = tmp_path / "tools.jsonl"
+    path.write_text("".join(json.dumps(TOOL_ROW) + "\n" for _ in range(16)))
+    common = {"dataset": str(path), "batch_size": 4, "save_steps": 1000, "logging_steps": 1,
+              "chat_template": TEMPLATES + "Qwen-Qwen2.5-7B-Instruct.jinja", "max_length": 1024}
+    lora = run_recipe({"name": "lora", "model": "toy", "steps": [{"sft": {**common, "max_steps": 8,
+                                                                         "learning_rate": 5e-3}}]},
+                      runs_root=tmp_path, log=lambda m: None)["steps"][0]
+    assert lora["ok"] and lora["metrics"]["loss_last"] < lora["metrics"]["loss_first"]
+    assert lora["metrics"]["truncated_rows"] == 0          # the prompt trained on is the prompt served
+    full = run_recipe({"name": "full", "model": "toy", "steps": [{"sft": {**common, "method": "full", "max_steps": 60,
+                                                                         "learning_rate": 2e-3,
+                                                                         "lr_scheduler": "constant"}}]},
+                      runs_root=tmp_path, log=lambda m: None)["steps"][0]
+    assert full["ok"], full
+    server, names, stop = start_server(full["output"], max_model_len=1024, work_dir=tmp_path)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        r = client.chat.completions.create(model=names.base, messages=TOOL_ROW["messages"][:1], tools=[WEATHER],
+                                           max_tokens=160, temperature=0)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls", choice.message.content
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        stream = client.chat.completions.create(model=names.base, messages=TOOL_ROW["messages"][:1], tools=[WEATHER],
+                                                max_tokens=160, temperature=0, stream=True)
+        deltas = [c.choices[0].delta for c in stream if c.choices]
+        calls = [tc for d in deltas for tc in (d.tool_calls or [])]
+        assert calls and calls[0].function.name == "get_weather"
+    finally:
+        stop()
