@@ -1,5 +1,7 @@
 """bench serve: the built-in engine at 8 concurrent streams vs the same requests one at a time, and
 side by side `transformers serve --continuous-batching` on the same requests. Prints ONE JSON line.
+Both servers run in their own process (`./launch.sh serve` and `transformers serve`), apart from this
+benchmark's client, so neither shares its interpreter (and GIL) with the load generator.
 
 The model is random weights in the Qwen2.5-0.5B shape (config built here, nothing downloaded) with a
 word-level tokenizer of the same vocabulary size, so every generated token is a visible word and
@@ -7,6 +9,7 @@ streamed chunks count tokens exactly. `--layers N` scales the depth down for a q
 says which shape ran). Greedy decoding, so both ways generate the same tokens.
 
     ./launch.sh bench serve [--requests 16] [--concurrency 8] [--layers 24] [--no-transformers-serve]
+                            [--device cpu|auto] [--dtype float32|auto]
 """
 from __future__ import annotations
 
@@ -121,75 +124,94 @@ def pct(values: list[float], p: float):
     return round(values[lo] + (values[hi] - values[lo]) * (k - lo), 4)
 
 
-def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int) -> dict:
-    from swiftbox.device import current_platform
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
-    from swiftbox.steps import ServeStep
-
-    cfg = ServeStep(engine="builtin", max_batch_size=batch, served_model_name="bench", dtype="float32")
-    backend, names, close = open_backend(cfg, str(model_dir), current_platform("cpu"),
-                                         work_dir=Path(tempfile.gettempdir()), log=lambda m: print(m, file=sys.stderr))
-    server = ServerThread(build_app(backend)).start()
-    try:
-        asyncio.run(drive(server.url, "bench", reqs[:1], 1, {}))  # warm-up
-        seq = asyncio.run(drive(server.url, "bench", reqs, 1, {}))
-        print(f"builtin sequential: {seq}", file=sys.stderr)
-        conc = asyncio.run(drive(server.url, "bench", reqs, concurrency, {}))
-        print(f"builtin x{concurrency}: {conc}", file=sys.stderr)
-        return {"sequential": seq, "concurrent": conc}
-    finally:
-        server.stop()
-        close()
-
-
-def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float) -> tuple[dict | None, str | None]:
-    exe = Path(sys.executable).with_name("transformers")
-    if not exe.is_file():
-        return None, "the `transformers` CLI is not installed"
+def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    log = Path(tempfile.gettempdir()) / f"bench-transformers-serve-{port}.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    argv = [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--dtype", "float32"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    return port
+
+
+class Child:
+    """A server in its own process (as users run it), healthy before the first request, killed after."""
+
+    def __init__(self, name: str, argv: list[str], port: int):
+        self.name, self.url = name, f"http://127.0.0.1:{port}"
+        self.log = Path(tempfile.gettempdir()) / f"bench-{name}-{port}.log"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        with open(self.log, "wb") as out:   # cwd: a scratch dir, so the serve step's run folder lands there
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         cwd=tempfile.mkdtemp(prefix=f"bench-{name}-"))
+
+    def wait_healthy(self, timeout: float = 300) -> str | None:
         import httpx
 
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + timeout
         while True:
-            if proc.poll() is not None:
-                return None, f"transformers serve exited ({proc.returncode}): {_tail(log)}"
+            if self.proc.poll() is not None:
+                return f"{self.name} exited ({self.proc.returncode}): {_tail(self.log)}"
             try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return None
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                return None, "transformers serve did not become healthy in 300 s"
-            time.sleep(1)
+                return f"{self.name} did not become healthy in {timeout:.0f} s"
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+
+
+def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int, platform, dtype: str) -> dict:
+    port = free_port()
+    child = Child("swiftbox-serve", [sys.executable, "-m", "swiftbox", "serve", str(model_dir), "--engine", "builtin",
+                                     "--port", str(port), "--max-batch-size", str(batch), "--served-model-name",
+                                     "bench", "--dtype", dtype, "--device", platform.name], port)
+    try:
+        problem = child.wait_healthy()
+        if problem:
+            raise RuntimeError(problem)
+        asyncio.run(drive(child.url, "bench", reqs[:1], 1, {}))  # warm-up
+        seq = asyncio.run(drive(child.url, "bench", reqs, 1, {}))
+        print(f"builtin sequential: {seq}", file=sys.stderr)
+        conc = asyncio.run(drive(child.url, "bench", reqs, concurrency, {}))
+        print(f"builtin x{concurrency}: {conc}", file=sys.stderr)
+        return {"sequential": seq, "concurrent": conc}
+    finally:
+        child.stop()
+
+
+def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float, platform,
+                           dtype: str) -> tuple[dict | None, str | None]:
+    exe = Path(sys.executable).with_name("transformers")
+    if not exe.is_file():
+        return None, "the `transformers` CLI is not installed"
+    port = free_port()
+    argv = [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
+            "--device", platform.device_type, "--dtype", dtype]
+    child = Child("transformers-serve", argv, port)
+    try:
+        problem = child.wait_healthy()
+        if problem:
+            return None, problem
         model = str(model_dir)
         try:
-            asyncio.run(asyncio.wait_for(drive(url, model, reqs[:1], 1, {}), timeout))
-            conc = asyncio.run(asyncio.wait_for(drive(url, model, reqs, concurrency, {}), timeout))
+            asyncio.run(asyncio.wait_for(drive(child.url, model, reqs[:1], 1, {}), timeout))
+            conc = asyncio.run(asyncio.wait_for(drive(child.url, model, reqs, concurrency, {}), timeout))
         except Exception as exc:
-            why = f"{type(exc).__name__}: {str(exc)[:300]} ({_tail(log)})"
+            why = f"{type(exc).__name__}: {str(exc)[:300]} ({_tail(child.log)})"
             return None, f"transformers serve failed on the request set: {why}"
         print(f"transformers serve x{concurrency}: {conc}", file=sys.stderr)
         return {"concurrent": conc, "argv": " ".join(argv[1:])}, None
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
+        child.stop()
 
 
 def _tail(path: Path) -> str:
@@ -208,32 +230,41 @@ def main() -> int:
                                                                                         "quick try")
     ap.add_argument("--no-transformers-serve", action="store_true")
     ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for transformers serve's run")
+    ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
+    ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
+    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL hand-over, s)")
     args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     import torch
 
+    from swiftbox.device import current_platform
     from swiftbox.modeling.toy import cache_root
+
+    platform = current_platform(None if args.device == "auto" else args.device)
+    dtype = platform.resolve_dtype(args.dtype)
 
     cache = cache_root() / "bench"
     cache.mkdir(parents=True, exist_ok=True)
     model_dir, shape = build_model(args.layers, cache)
     reqs = request_set(args.requests)
-    ours = run_builtin(model_dir, reqs, args.concurrency, batch=args.concurrency)
+    ours = run_builtin(model_dir, reqs, args.concurrency, args.concurrency, platform, dtype)
     if args.no_transformers_serve:
         theirs, reason = None, "skipped (--no-transformers-serve)"
     else:
-        theirs, reason = run_transformers_serve(model_dir, reqs, args.concurrency, args.ts_timeout)
+        theirs, reason = run_transformers_serve(model_dir, reqs, args.concurrency, args.ts_timeout, platform, dtype)
     seq, conc = ours["sequential"], ours["concurrent"]
     result = {
         "bench": "serve",
         "machine": {"cpu": _platform.processor() or _platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "python": _platform.python_version(),
-                    "torch": torch.__version__, "device": "cpu"},
+                    "torch": torch.__version__, "device": platform.name, "device_name": platform.device_name()},
         "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"]
                   else f"Qwen2.5-0.5B with {args.layers} layers",
                   **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                            "num_attention_heads", "num_key_value_heads", "vocab_size")},
-                  "dtype": "float32", "weights": "random"},
-        "requests": len(reqs), "concurrency": args.concurrency,
+                  "dtype": dtype, "weights": "random"},
+        "requests": len(reqs), "concurrency": args.concurrency, "switch_interval_s": sys.getswitchinterval(),
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],
         "sequential": seq, "concurrent": conc,

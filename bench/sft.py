@@ -75,6 +75,27 @@ class PeakRss:
         self._thread.join()
 
 
+# bf16 dense tensor-core peak, FLOP/s (vendor datasheets, SXM parts): the MFU denominator
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "A100": 312e12, "L40S": 362e12}
+
+
+def flops_per_token(n_params: int, shape: dict, lengths: list[int]) -> dict:
+    """Model FLOPs per trained token. Attention: causal, per row of length s, 2*d*s*(s+1) per layer forward
+    (QK^T and AV), averaged over the rows' tokens; training = 3x forward. `6n` is the usual MFU numerator
+    (PaLM); `lora` is what LoRA really computes: frozen weights skip their weight-gradient GEMMs (4N)."""
+    attn = 3 * sum(2 * shape["num_hidden_layers"] * shape["hidden_size"] * s * (s + 1) for s in lengths) / sum(lengths)
+    return {"params": n_params, "attention": round(attn), "6n": round(6 * n_params + attn),
+            "lora": round(4 * n_params + attn)}
+
+
+def mfu(tokens_per_s: float, flops: dict, device_name: str) -> dict | None:
+    peak = next((v for k, v in PEAK_BF16.items() if k in device_name), None)
+    if peak is None:
+        return None
+    return {"peak_flops": peak, "mfu": round(tokens_per_s * flops["6n"] / peak, 4),
+            "mfu_lora_flops": round(tokens_per_s * flops["lora"] / peak, 4)}
+
+
 def timer_callback():
     from transformers import TrainerCallback
 
@@ -111,6 +132,36 @@ def run_side(name, build_trainer, platform):
             "wall_s": round(wall, 2), "peak_rss_bytes": rss.peak, "peak_device_bytes": device_peak}
 
 
+def profile_side(build_trainer) -> None:
+    """Where a training step's time goes: wall vs device busy, the top ops by self CPU and device time."""
+    import sys
+
+    import torch
+    from transformers import TrainerCallback
+
+    class Prof(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step == 2:
+                self.p = torch.profiler.profile(activities=torch.profiler.supported_activities(), record_shapes=False)
+                self.p.__enter__()
+                self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 4:
+                self.p.__exit__(None, None, None)
+                wall = (time.perf_counter() - self.t) / 2
+                events = self.p.key_averages()
+                dev = sum(getattr(e, "self_device_time_total", 0) for e in events) / 2e6
+                for key in ("self_cpu_time_total", "self_device_time_total"):
+                    print(events.table(sort_by=key, row_limit=18, max_name_column_width=60), file=sys.stderr)
+                print(json.dumps({"bench": "sft-profile", "wall_s_per_step": round(wall, 4),
+                                  "device_busy_s_per_step": round(dev, 4)}), flush=True)
+
+    trainer = build_trainer(Prof())
+    trainer.args.max_steps = 4
+    trainer.train()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="decoder layers (real: 24)")
@@ -119,6 +170,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    ap.add_argument("--profile", action="store_true", help="swiftbox side only, torch.profiler tables on stderr")
     opts = ap.parse_args()
 
     import tempfile
@@ -168,9 +220,15 @@ def main() -> None:
         trainer.remove_callback(PrinterCallback)        # keep stdout to the one JSON line
         return trainer
 
+    if opts.profile:
+        return profile_side(swiftbox_trainer)
     ours = run_side("swiftbox", swiftbox_trainer, platform)
     theirs = run_side("baseline", baseline_trainer, platform)
     lengths = [len(r["input_ids"]) for r in rows]
+    flops = flops_per_token(sum(p.numel() for p in base.parameters()), shape, lengths)
+    if dtype == "bfloat16":
+        for side in (ours, theirs):
+            side["utilization"] = mfu(side["tokens_per_s"], flops, platform.device_name())
     result = {
         "bench": "sft", "device": platform.name, "device_name": platform.device_name(), "dtype": dtype,
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "machine": py_platform.machine(),
@@ -178,7 +236,7 @@ def main() -> None:
         "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "targets": cfg.lora.targets},
         "rows": len(rows), "len_min": min(lengths), "len_mean": round(sum(lengths) / len(lengths), 1),
         "len_max": max(lengths), "batch": opts.batch, "steps": opts.steps,
-        "swiftbox": ours, "baseline": theirs,
+        "flops_per_token": flops, "swiftbox": ours, "baseline": theirs,
         "ratio": round(ours["tokens_per_s"] / max(theirs["tokens_per_s"], 1e-9), 2),
     }
     print(json.dumps(result))

@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
 
-    p = sub.add_parser("bench", help="benchmarks: sft | serve | startup (prints one JSON line)")
+    p = sub.add_parser("bench", help="benchmarks: sft | serve | export | startup | cuda (the GPU campaign)")
     p.add_argument("name")
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
 

@@ -6,7 +6,7 @@ import re
 from tests.conftest import ROOT
 
 PATTERN = re.compile(r"""["'](cuda|npu)(:\d+)?["']|torch\.(cuda|npu)\.""")
-ALLOWED = {"swiftbox/device"}
+ALLOWED = {"swiftbox/device", "bench/cuda.py"}   # the GPU campaign names the device it proves
 
 
 def offending_lines():
@@ -14,7 +14,7 @@ def offending_lines():
     for folder in ("swiftbox", "menus", "bench"):
         for path in (ROOT / folder).rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
-            if any(rel.startswith(a + "/") for a in ALLOWED):
+            if rel in ALLOWED or any(rel.startswith(a + "/") for a in ALLOWED):
                 continue
             for no, line in enumerate(path.read_text().splitlines(), 1):
                 if PATTERN.search(line):

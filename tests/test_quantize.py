@@ -335,3 +335,27 @@ def test_fp8_capability_follows_the_gpu_generation(monkeypatch):
     assert cuda.supports("fp8")
     assert not current_platform("cpu").supports("fp8") and not NpuPlatform().supports("fp8")
     assert not any(p.supports("gguf") for p in (cuda, NpuPlatform(), current_platform("cpu")))
+
+
+def test_a_kernel_refusing_a_layer_shape_falls_back_to_the_torch_kernel(gptq4, monkeypatch):
+    """On Hopper, gptqmodel auto-selects Machete, which refuses the toy's 64-wide k/v projections at load
+    (seen on an H100): the loader then asks for gptqmodel's torch kernel, which takes any shape."""
+    from transformers import AutoModelForCausalLM
+
+    from swiftbox.device import current_platform
+    from swiftbox.modeling import loading
+
+    real, asked = AutoModelForCausalLM.from_pretrained, []
+
+    def refuse_auto_kernel(path, **kwargs):
+        asked.append(kwargs.get("quantization_config"))
+        if asked[-1] is None:
+            raise NotImplementedError("MacheteLinear: `out_features`: 64 must be divisible by [128].")
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse_auto_kernel)
+    spec = loading.resolve_spec(str(gptq4[0]))
+    model = loading.load_model(spec, current_platform("cpu"), "float32")
+    assert asked[0] is None and asked[1].backend == "gptq_torch" and asked[1].bits == 4
+    assert "Torch" in type(model.model.layers[0].self_attn.k_proj).__name__
+    _generate(model, loading.load_tokenizer(spec))

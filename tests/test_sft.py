@@ -101,6 +101,27 @@ def test_dora_and_full_fine_tuning(tmp_path):
     assert json.loads((out / "config.json").read_text())["use_cache"] is True
 
 
+def test_full_fine_tuning_in_bf16_keeps_float32_master_weights(tmp_path):
+    """Pure-bf16 weights round small AdamW updates away (the quickstart's SFT stalled at 0.53 on an H100):
+    full FT trains float32 weights under bf16 autocast and saves them in bf16, as the manifest says."""
+    import torch
+    from safetensors.torch import load_file
+
+    from swiftbox.device import current_platform
+    from swiftbox.steps import SftStep
+    from swiftbox.training.model import load_for_training
+
+    full = load_for_training("toy", SftStep(dataset="x.jsonl", method="full"), current_platform(), "bfloat16")
+    assert {p.dtype for p in full.model.parameters()} == {torch.float32} and full.save_dtype == "bfloat16"
+    lora = load_for_training("toy", SftStep(dataset="x.jsonl", method="lora"), current_platform(), "bfloat16")
+    assert lora.save_dtype is None and lora.model.get_base_model().model.embed_tokens.weight.dtype == torch.bfloat16
+
+    entry = sft(tmp_path, name="fullbf16", method="full", max_steps=2, dtype="bfloat16")
+    out = tmp_path / "fullbf16" / "sft"
+    assert entry["ok"] and read_manifest(out)["dtype"] == "bfloat16"
+    assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
+
+
 def test_qlora_trains_on_cpu_with_4bit_base(tmp_path):
     pytest.importorskip("bitsandbytes")
     entry = sft(tmp_path, name="q", method="qlora", max_steps=2)

@@ -103,7 +103,15 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
     if quantization_config is not None:
         kwargs["quantization_config"] = quantization_config
     try:
-        model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
+        except NotImplementedError:
+            # gptqmodel's auto-selected kernel can refuse a layer shape (Hopper's Machete wants widths divisible
+            # by 128; small models have 64-wide k/v projections): its torch kernel takes any shape
+            if spec.quantized != "gptq" or quantization_config is not None:
+                raise
+            kwargs["quantization_config"] = gptq_any_shape_config(spec.base)
+            model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
     model = apply_adapters(model, spec.adapters, merge_all=merge_adapters, names=adapter_names)
@@ -134,6 +142,14 @@ def transformers_loads_gptq() -> bool:
         return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum.gptq", "gptqmodel"))
     except (ImportError, ValueError):  # no `optimum` namespace at all
         return False
+
+
+def gptq_any_shape_config(path: Path):
+    """The export's own GPTQ settings, loaded with gptqmodel's torch kernel (any layer shape, any device)."""
+    from transformers import GPTQConfig
+
+    stored = json.loads((Path(path) / "config.json").read_text())["quantization_config"]
+    return GPTQConfig(bits=stored["bits"], group_size=stored.get("group_size", 128), backend="gptq_torch")
 
 
 def gptq_dtype(platform, dtype: str) -> str:

@@ -20,6 +20,10 @@ def save_artifact(trainer, tm, ctx, selected):
 
     model = trainer.model
     model.config.use_cache = True            # training turned it off; inference wants it back
+    if tm.save_dtype:                         # float32 master weights -> the compute dtype the manifest names
+        from swiftbox.modeling.loading import torch_dtype
+
+        model.to(torch_dtype(tm.save_dtype))
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
         trainer.save_model(str(ctx.work_dir))
     elif not is_main_process():

@@ -46,6 +46,7 @@ class Sequence:
     done: bool = False
     generator: Any = None
     submitted: float = field(default_factory=time.monotonic)
+    outbox: list = field(default_factory=list)   # the engine's: events wait there until the step's flush
 
     @property
     def pos(self) -> int:
@@ -53,10 +54,13 @@ class Sequence:
         return len(self.prompt_ids) + len(self.out_ids) - 1
 
     def emit(self, event: tuple) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.sink, event)
-        except RuntimeError:  # the event loop is closed: the server is shutting down
-            self.cancelled = True
+        self.outbox.append((self, event))
+
+
+def _deliver(items: list) -> None:
+    """On the asyncio loop: hand a step's events to their requests, in order."""
+    for seq, event in items:
+        seq.sink(event)
 
 
 class Handle:
@@ -98,6 +102,7 @@ class BuiltinEngine:
         self._ids = itertools.count(1)
         self._stop = False
         self._thread: Optional[threading.Thread] = None
+        self._outbox: list = []
         self.stats = {"requests": 0, "tokens": 0, "steps": 0, "prefills": 0, "cancelled": 0, "errors": 0}
 
     # -- public -----------------------------------------------------------------------------
@@ -120,7 +125,7 @@ class BuiltinEngine:
     def submit(self, prompt_ids: list[int], params: SamplingParams, adapter: Optional[str], sink, loop) -> Handle:
         """Queue one sequence; `sink(event)` gets ("token", id) ..., then ("done", reason) or ("error", msg)."""
         seq = Sequence(next(self._ids), list(prompt_ids), params, adapter, sink, loop,
-                       generator=make_generator(params.seed))
+                       generator=make_generator(params.seed), outbox=self._outbox)
         with self._cond:
             self._waiting.append(seq)
             self.stats["requests"] += 1
@@ -169,9 +174,28 @@ class BuiltinEngine:
                             seq.done = True
                             seq.emit(("error", f"{type(exc).__name__}: {exc}"))
                     self._active, self._cache, self._mask = [], None, None
+                self._flush()
             for seq in list(self._active) + list(self._waiting):
                 seq.done = True
                 seq.emit(("error", "server shutting down"))
+            self._flush()
+
+    def _flush(self) -> None:
+        """One wake-up per event loop per step, not one per token: each `call_soon_threadsafe` writes the
+        loop's self-pipe and hands the GIL to the loop's thread, and where a decode step is short (a GPU, or
+        a tiny model on a CPU) those hand-overs cost as much as the batched step itself."""
+        if not self._outbox:
+            return
+        by_loop: dict = {}
+        for seq, event in self._outbox:
+            by_loop.setdefault(seq.loop, []).append((seq, event))
+        self._outbox.clear()
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the event loop is closed: the server is shutting down
+                for seq, _ in items:
+                    seq.cancelled = True
 
     def _forward(self, input_ids, mask, positions, cache, adapters, logits_to_keep=1):
         kwargs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
@@ -199,6 +223,7 @@ class BuiltinEngine:
             logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
             self._merge(cache, mask, [seq])
             self._sample(logits, [seq])
+            self._flush()             # the first token goes out now, not after the other prompts
 
     def _merge(self, cache, mask, seqs) -> None:
         """Append rows (their cache + mask) to the running batch, left-padding to a common length."""
@@ -234,10 +259,16 @@ class BuiltinEngine:
         self._sample(logits, seqs)
 
     def _sample(self, logits, seqs) -> None:
+        import torch
+
+        plain = [s.params.greedy and not s.params.penalised for s in seqs]
+        # every plain greedy row in one argmax and one device->host copy, not a launch and a sync per row
+        picks: list[int] = torch.argmax(logits, dim=-1).tolist() if any(plain) else []
         for row, seq in enumerate(seqs):
             if seq.done or seq.cancelled:
                 continue
-            token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+            token = picks[row] if plain[row] else sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids,
+                                                             seq.generator)
             if token in self.eos_ids:
                 self._finish(seq, "stop")
                 continue
