@@ -161,7 +161,7 @@ def _show(value: Any) -> str:
 
 def compare_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     """`./launch.sh compare A B [--json] [--all]`: 0 all pass, 1 something differs, 2 bad input."""
-    from swiftbox.cli import OneLineParser
+    from swiftbox.args import OneLineParser
 
     parser = OneLineParser(prog="swiftbox compare")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of tables")

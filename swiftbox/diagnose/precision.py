@@ -288,7 +288,7 @@ def print_report(report: dict, out: Path, rows_shown: int = 12) -> None:
 
 def precision_cli(a: Optional[str], b: Optional[str], extra_args: Sequence[str]) -> int:
     """`./launch.sh precision A B [--a A --b B] [--probe F] [--min-cosine X] [--max-rel X] [--grads] [--out D]`."""
-    from swiftbox.cli import OneLineParser
+    from swiftbox.args import OneLineParser
 
     parser = OneLineParser(prog="swiftbox precision")
     parser.add_argument("pos_a", nargs="?", default=None, metavar="A", help="side A: REF[@DEVICE[:DTYPE]]")
