@@ -11,10 +11,13 @@ stop strings, penalties or `n`. So this is a compact scheduler instead:
   position ids per row;
 - each row names its adapter (`adapter_names=[...]`, "__base__" for the base model), so requests for
   different adapters share a batch without touching each other's weights;
+- sampling is per row: a row whose scores are not finite (or whose settings break the sampler) fails
+  that request alone, and the rest of the batch goes on; so does a prompt whose own prefill fails;
 - finished or cancelled rows leave the batch between steps (`batch_select_indices`) and the columns
   that have become padding for every row are trimmed, so the cache never grows past the longest row.
 
-Tokens go back to the asyncio side through `loop.call_soon_threadsafe`; text, stop strings and SSE
+The waiting queue is bounded (`max_waiting`): past it `submit` raises QueueFull, which the front door
+answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`; text, stop strings and SSE
 are handled there (see app.py), which cancels the sequence when a stop string appears.
 """
 from __future__ import annotations
@@ -31,6 +34,14 @@ from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sa
 
 log = logging.getLogger("swiftbox.serve")
 BASE = "__base__"
+
+
+class QueueFull(RuntimeError):
+    """The waiting queue is at its bound: the request is refused (429) instead of queued without limit."""
+
+    def __init__(self, waiting: int):
+        super().__init__(f"{waiting} sequences are waiting")
+        self.waiting = waiting
 
 
 @dataclass
@@ -75,10 +86,11 @@ class BuiltinEngine:
     name = "builtin"
 
     def __init__(self, model, tokenizer, *, base_name: str, adapters: list[str], max_batch_size: int = 8,
-                 max_model_len: int = 2048, device=None):
+                 max_model_len: int = 2048, device=None, max_waiting: int = 128):
         self.model, self.tokenizer = model, tokenizer
         self.base_name, self.adapters = base_name, list(adapters)
         self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
+        self.max_waiting = max_waiting
         self.device = device
         self.is_peft = hasattr(model, "peft_config")
         eos = getattr(model, "generation_config", None)
@@ -125,6 +137,8 @@ class BuiltinEngine:
         seq = Sequence(next(self._ids), list(prompt_ids), params, adapter, sink, loop,
                        generator=make_generator(params.seed))
         with self._cond:
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull(len(self._waiting))
             self._waiting.append(seq)
             self.stats["requests"] += 1
             self._cond.notify_all()
@@ -132,6 +146,10 @@ class BuiltinEngine:
 
     def load(self) -> dict:
         return {"active": len(self._active), "waiting": len(self._waiting)}
+
+    def has_room(self, n: int) -> bool:
+        """Whether `n` more sequences may wait now (the front door answers 429 otherwise)."""
+        return len(self._waiting) + n <= self.max_waiting
 
     # -- the loop ---------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -199,7 +217,11 @@ class BuiltinEngine:
             ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=dev)
             mask = torch.ones_like(ids)
             positions = torch.arange(ids.shape[1], device=dev).unsqueeze(0)
-            logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            try:  # a prompt the model cannot take fails its own request; the running batch is untouched
+                logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            except Exception as exc:
+                self._fail(seq, exc)
+                continue
             self._merge(cache, mask, [seq])
             self._sample(logits, [seq])
 
@@ -239,7 +261,11 @@ class BuiltinEngine:
         for row, seq in enumerate(seqs):
             if seq.done or seq.cancelled:
                 continue
-            token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+            try:
+                token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+            except Exception as exc:  # this row's scores or settings are broken: fail it alone, the batch goes on
+                self._fail(seq, exc)
+                continue
             if token in self.eos_ids:
                 self._finish(seq, "stop")
                 continue
@@ -248,6 +274,12 @@ class BuiltinEngine:
             seq.emit(("token", token))
             if len(seq.out_ids) >= seq.params.max_tokens or len(seq.prompt_ids) + len(seq.out_ids) >= self.max_model_len:
                 self._finish(seq, "length")
+
+    def _fail(self, seq: Sequence, exc: Exception) -> None:
+        log.warning("sequence %d failed: %s: %s", seq.id, type(exc).__name__, exc)
+        self.stats["errors"] += 1
+        seq.done = True
+        seq.emit(("error", f"{type(exc).__name__}: {exc}"))
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.done = True
