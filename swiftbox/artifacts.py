@@ -7,6 +7,7 @@ directory named like a finished output always is one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -36,7 +37,7 @@ def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            json.dump(finite(data), fh, indent=2, sort_keys=False, default=str, allow_nan=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -44,6 +45,18 @@ def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def finite(data: Any) -> Any:
+    """JSON has no NaN/Infinity (strict parsers reject the bare tokens): such floats become the strings
+    "nan" / "inf" / "-inf", so a manifest always parses and still says what was measured."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
 
 
 def partial_dir(output: Path) -> Path:

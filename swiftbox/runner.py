@@ -1,9 +1,14 @@
 """Runs a recipe: each step gets its input (the previous model artifact), writes into a work dir,
 and the runner adds the manifest and moves the work dir into place. Ends with runs/<name>/summary.json.
+
+A failure leaves no debris: a work dir the step left empty is removed, and a summary is written only when
+some step finished (a failed one-step command leaves nothing behind). Training checkpoints are deleted
+only after the output is committed, so a kill at any moment can still resume.
 """
 from __future__ import annotations
 
 import platform as _py_platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -11,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from swiftbox.artifacts import MANIFEST, commit_output, prepare_output, read_manifest, write_json_atomic
+from swiftbox.artifacts import MANIFEST, commit_output, partial_dir, prepare_output, read_manifest, write_json_atomic
 from swiftbox.device import Platform, current_platform
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines import load_pipeline
@@ -19,6 +24,7 @@ from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.recipe import Recipe, Step, load_recipe
 
 REDACTED_KEYS = {"api_key"}
+CHECKPOINTS = "checkpoints"     # training steps keep theirs under <output>.partial/checkpoints
 
 
 def library_versions() -> dict[str, str]:
@@ -67,7 +73,11 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
         except BaseException as exc:
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
-            write_json_atomic(root / "summary.json", summary)
+            _drop_empty(partial_dir(Path(step.config.output) if step.config.output else default_out))
+            if any(e["ok"] for e in summary["steps"]):
+                write_json_atomic(root / "summary.json", summary)
+            else:
+                _drop_empty(root)
             raise
         write_json_atomic(root / "summary.json", summary)
     summary["finished"] = _now()
@@ -112,6 +122,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     }
     write_json_atomic(work / MANIFEST, manifest)
     commit_output(work, output)
+    shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")
     return output, bool(getattr(module, "PRODUCES_MODEL", False)), result.metrics
 
@@ -122,6 +133,14 @@ def run_step(kind: str, config: dict, *, runs_root=None, device: Optional[str] =
     recipe = {"name": f"{kind}-{stamp}", "device": device or "auto", "steps": [{kind: config}]}
     summary = run_recipe(recipe, runs_root=runs_root, log=log)
     return summary["steps"][0]
+
+
+def _drop_empty(path: Path) -> None:
+    """Remove `path` if it is an empty directory (a failed step's work dir, a recipe root with nothing in it)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _safe(fn) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
-from swiftbox.errors import UserError
+from swiftbox.errors import SwiftboxError, UserError
 
 PRODUCES_MODEL = True
 BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
@@ -229,6 +230,9 @@ def run(cfg, ctx):
     source = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
     ppl_before, logits_before = perplexity(source, held), P.logits_on(source, probe)
     del source
+    if not (math.isfinite(ppl_before) and bool(logits_before.isfinite().all())):
+        raise SwiftboxError(f"quantize: the source model {spec.base} gives non-finite outputs (NaN/inf weights?); "
+                            "nothing was written")
     gc.collect()
 
     qconfig = QuantizeConfig(bits=cfg.bits, group_size=group_size, desc_act=cfg.desc_act, sym=cfg.sym,
@@ -251,6 +255,9 @@ def run(cfg, ctx):
     ppl_after = perplexity(quantized, held)
     agreement = P.compare(logits_before, P.logits_on(quantized, probe), probe["attention_mask"])
     del quantized
+    if not (math.isfinite(ppl_after) and math.isfinite(agreement["max_abs_diff"])):
+        raise SwiftboxError(f"quantize: the {cfg.bits}-bit model gives non-finite outputs (perplexity {ppl_after}); "
+                            "nothing was written")
 
     size, source_size = weight_bytes(ctx.work_dir), weight_bytes(spec.base)
     metrics = {
