@@ -142,8 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# third-party loggers that print import-time noise (torchao's missing CUDA kernels on CPU, torch pytree
+# deprecations) before swiftbox's own one-line answer; errors still show
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def quiet_third_party() -> None:
+    import logging
+
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    quiet_third_party()
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")

@@ -174,7 +174,7 @@ def format_validation_error(exc: ValidationError) -> str:
     """pydantic's first error as 'field.path: what is expected (got X)'."""
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err.get("loc", ()) if not str(p).startswith("function-")) or "value"
-    msg = err.get("msg", "invalid value")
+    msg = err.get("msg", "invalid value").removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
         msg = "unknown setting"
     elif err.get("type") == "missing":
@@ -213,11 +213,11 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
     data = copy.deepcopy(data)
     for text in overrides:
         if "=" not in text:
-            raise UserError(f"--set {text!r}: expected KEY=VALUE, e.g. sft.epochs=1")
+            raise UserError(f"--set {_short(text)}: expected KEY=VALUE, e.g. sft.epochs=1")
         key, raw = text.split("=", 1)
         match = _OVERRIDE_RE.match(key.strip())
         if not match:
-            raise UserError(f"--set {text!r}: expected step.key=value, step[n].key=value or key=value")
+            raise UserError(f"--set {_short(text)}: expected step.key=value, step[n].key=value or key=value")
         try:
             value = yaml_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -233,16 +233,18 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
         elif nth is None and path is None and target != "steps":
             data[target] = value
         else:
-            raise UserError(f"--set {text!r}: {target!r} is not a step kind ({', '.join(STEP_TYPES)})")
+            raise UserError(f"--set {_short(text)}: {target!r} is not a step kind ({', '.join(STEP_TYPES)})")
     return data
 
 
 def _set_on_steps(data: dict, kind: str, nth: Optional[int], path: list[str], value: Any, text: str) -> None:
     steps = data.get("steps")
     if not isinstance(steps, list):
-        raise UserError(f"--set {text!r}: the recipe has no steps list")
+        raise UserError(f"--set {_short(text)}: the recipe has no steps list")
     hits = 0
-    for item in steps:
+    for i, item in enumerate(steps):
+        if item == kind:                       # the short form `- eval` takes settings too
+            item = steps[i] = {kind: {}}
         if isinstance(item, dict) and len(item) == 1 and kind in item:
             hits += 1
             if nth is not None and hits != nth:
@@ -256,4 +258,4 @@ def _set_on_steps(data: dict, kind: str, nth: Optional[int], path: list[str], va
                 node = node[part]
             node[path[-1]] = value
     if hits == 0 or (nth is not None and nth > hits):
-        raise UserError(f"--set {text!r}: the recipe has no {'%s[%d]' % (kind, nth) if nth else kind} step")
+        raise UserError(f"--set {_short(text)}: the recipe has no {'%s[%d]' % (kind, nth) if nth else kind} step")

@@ -78,6 +78,8 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
                 write_json_atomic(root / "summary.json", summary)
             else:
                 _drop_empty(root)
+                if not recipe.header.output_dir and runs_root is None:
+                    _drop_empty(root.parent)     # runs/ itself, when this failure was all it would hold
             raise
         write_json_atomic(root / "summary.json", summary)
     summary["finished"] = _now()
