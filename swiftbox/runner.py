@@ -1,8 +1,8 @@
 """Runs a recipe: each step gets its input (the previous model artifact), writes into a work dir,
 and the runner adds the manifest and moves the work dir into place. Ends with runs/<name>/summary.json.
 
-A failure leaves no debris: a work dir the step left empty is removed, and a summary is written only when
-some step finished (a failed one-step command leaves nothing behind). Training checkpoints are deleted
+A failure leaves no debris: a work dir the step left empty is removed, and a failed one-step command
+(`./launch.sh sft ...`) writes no summary (a recipe's summary records the failed step). Training checkpoints are deleted
 only after the output is committed, so a kill at any moment can still resume.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _config_for_manifest(cfg) -> dict:
 
 
 def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] = (), *,
-               runs_root: Union[str, Path, None] = None, log=None) -> dict:
+               runs_root: Union[str, Path, None] = None, log=None, summary_on_failure: bool = True) -> dict:
     """Run every step of `recipe`; returns the summary (also written to runs/<name>/summary.json)."""
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
@@ -74,7 +74,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
             _drop_empty(partial_dir(Path(step.config.output) if step.config.output else default_out))
-            if any(e["ok"] for e in summary["steps"]):
+            if summary_on_failure or any(e["ok"] for e in summary["steps"]):
                 write_json_atomic(root / "summary.json", summary)
             else:
                 _drop_empty(root)
@@ -133,7 +133,7 @@ def run_step(kind: str, config: dict, *, runs_root=None, device: Optional[str] =
     """One step as a one-step recipe (what `./launch.sh sft ...` and `swiftbox.sft(...)` do)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     recipe = {"name": f"{kind}-{stamp}", "device": device or "auto", "steps": [{kind: config}]}
-    summary = run_recipe(recipe, runs_root=runs_root, log=log)
+    summary = run_recipe(recipe, runs_root=runs_root, log=log, summary_on_failure=False)
     return summary["steps"][0]
 
 
