@@ -25,9 +25,14 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
     if not file.is_file():
         return None
     try:
-        return json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{file}: unreadable manifest ({exc})") from None
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UserError(f"{file}: unreadable manifest (nested too deeply)") from None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{file}: unreadable manifest ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file}: unreadable manifest (expected a JSON object, got {type(data).__name__})")
+    return data
 
 
 def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
