@@ -223,7 +223,8 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
         except yaml.YAMLError:
             value = raw
         except (RecursionError, ValueError, OverflowError):
-            raise UserError(f"--set {_short(text)}: the value cannot be read (nested too deeply or malformed)") from None
+            raise UserError(f"--set {_short(text)}: the value cannot be read (nested too deeply or malformed)") \
+                from None
         check_depth(value, f"--set {_short(text)}")
         target, nth, path = match["target"], match["nth"], match["path"]
         if nth is not None and int(nth) < 1:

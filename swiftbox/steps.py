@@ -171,7 +171,8 @@ class MergeStep(StepBase):
     dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the platform's")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
-    tolerance: Optional[float] = Field(None, gt=0, le=1e6, description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
+    tolerance: Optional[float] = Field(None, gt=0, le=1e6,
+                                       description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
                                        "this; default 1e-4 in float32, 5e-2 in 16-bit")
 
     @field_validator("max_shard_size")
@@ -235,7 +236,8 @@ class ServeStep(StepBase):
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
-    startup_timeout: int = Field(900, ge=1, le=86400, description="vLLM engine: seconds to wait for the child to be healthy")
+    startup_timeout: int = Field(900, ge=1, le=86400,
+                                 description="vLLM engine: seconds to wait for the child to be healthy")
 
     @field_validator("adapters", mode="before")
     @classmethod

@@ -17,8 +17,9 @@ stop strings, penalties or `n`. So this is a compact scheduler instead:
   that have become padding for every row are trimmed, so the cache never grows past the longest row.
 
 The waiting queue is bounded (`max_waiting`): past it `submit` raises QueueFull, which the front door
-answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`; text, stop strings and SSE
-are handled there (see app.py), which cancels the sequence when a stop string appears.
+answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`;
+text, stop strings and SSE are handled there (see app.py), which cancels the sequence when a stop string
+appears.
 """
 from __future__ import annotations
 
