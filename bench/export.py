@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -98,7 +97,9 @@ def main(argv=None) -> None:
     parser.add_argument("--bits", type=int, default=4, choices=[4, 8])
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+    from swiftbox.compat import gptqmodel_env
+
+    gptqmodel_env()
     import swiftbox as sb
 
     out = Path(args.out)

@@ -16,7 +16,6 @@ import json
 import os
 import platform as _platform
 import random
-import shutil
 import socket
 import subprocess
 import sys
@@ -68,7 +67,7 @@ def request_set(n: int, seed: int = 0) -> list[dict]:
     """Varied prompt lengths (16..128 words) and output lengths (16..64 tokens), fixed by the seed."""
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         words = " ".join(f"w{rng.randrange(1000, 150000)}" for _ in range(rng.choice([16, 32, 64, 128])))
         out.append({"messages": [{"role": "user", "content": words}], "max_tokens": rng.choice([16, 32, 48, 64])})
     return out
@@ -109,7 +108,8 @@ async def drive(url: str, model: str, reqs: list[dict], concurrency: int, header
     ttft = [r["stamps"][0] - r["start"] for r in results if r["stamps"]]
     itl = [b - a for r in results for a, b in zip(r["stamps"], r["stamps"][1:]) if b > a]
     return {"output_tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 3),
-            "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95), "itl_p50_s": pct(itl, 50), "itl_p95_s": pct(itl, 95)}
+            "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
+            "itl_p50_s": pct(itl, 50), "itl_p95_s": pct(itl, 95)}
 
 
 def pct(values: list[float], p: float):
@@ -129,8 +129,8 @@ def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int) -> dict:
     from swiftbox.steps import ServeStep
 
     cfg = ServeStep(engine="builtin", max_batch_size=batch, served_model_name="bench", dtype="float32")
-    backend, names, close = open_backend(cfg, str(model_dir), current_platform("cpu"), work_dir=Path(tempfile.gettempdir()),
-                                         log=lambda m: print(m, file=sys.stderr))
+    backend, names, close = open_backend(cfg, str(model_dir), current_platform("cpu"),
+                                         work_dir=Path(tempfile.gettempdir()), log=lambda m: print(m, file=sys.stderr))
     server = ServerThread(build_app(backend)).start()
     try:
         asyncio.run(drive(server.url, "bench", reqs[:1], 1, {}))  # warm-up
@@ -179,7 +179,8 @@ def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: flo
             asyncio.run(asyncio.wait_for(drive(url, model, reqs[:1], 1, {}), timeout))
             conc = asyncio.run(asyncio.wait_for(drive(url, model, reqs, concurrency, {}), timeout))
         except Exception as exc:
-            return None, f"transformers serve failed on the request set: {type(exc).__name__}: {str(exc)[:300]} ({_tail(log)})"
+            why = f"{type(exc).__name__}: {str(exc)[:300]} ({_tail(log)})"
+            return None, f"transformers serve failed on the request set: {why}"
         print(f"transformers serve x{concurrency}: {conc}", file=sys.stderr)
         return {"concurrent": conc, "argv": " ".join(argv[1:])}, None
     finally:
@@ -193,7 +194,7 @@ def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: flo
 
 def _tail(path: Path) -> str:
     try:
-        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1][:300] if lines else "(no output)"
     except OSError:
         return "(no log)"
@@ -203,7 +204,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="bench serve")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="scale the depth down for a quick try")
+    ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="scale the depth down for a "
+                                                                                        "quick try")
     ap.add_argument("--no-transformers-serve", action="store_true")
     ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for transformers serve's run")
     args = ap.parse_args()
@@ -226,9 +228,11 @@ def main() -> int:
         "machine": {"cpu": _platform.processor() or _platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "python": _platform.python_version(),
                     "torch": torch.__version__, "device": "cpu"},
-        "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"] else f"Qwen2.5-0.5B with {args.layers} layers",
-                  **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                           "num_key_value_heads", "vocab_size")}, "dtype": "float32", "weights": "random"},
+        "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"]
+                  else f"Qwen2.5-0.5B with {args.layers} layers",
+                  **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                           "num_attention_heads", "num_key_value_heads", "vocab_size")},
+                  "dtype": "float32", "weights": "random"},
         "requests": len(reqs), "concurrency": args.concurrency,
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],

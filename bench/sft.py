@@ -96,12 +96,15 @@ def timer_callback():
 
 
 def run_side(name, build_trainer, platform):
+    from swiftbox.compat import trl_scores_label_positions_only
+
     timer = timer_callback()
     platform.reset_peak_memory()
     with PeakRss() as rss:
         trainer = build_trainer(timer)
         started = time.perf_counter()
-        trainer.train()
+        with trl_scores_label_positions_only():  # what the sft step does around train()
+            trainer.train()
         wall = time.perf_counter() - started
     device_peak = platform.max_memory_allocated() if platform.name != "cpu" else None
     return {"tokens_per_s": round(timer.tokens_per_second(), 1), "tokens": int(timer.tokens1),
@@ -127,9 +130,9 @@ def main() -> None:
 
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import torch_dtype
+    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.training.model import lora_config
 
     platform = current_platform(opts.device)

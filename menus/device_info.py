@@ -58,7 +58,7 @@ class DeviceProbe:
         self._error: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
 
-    def start(self) -> "DeviceProbe":
+    def start(self) -> DeviceProbe:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="swiftbox-device-probe", daemon=True)
             self._thread.start()

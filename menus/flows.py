@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from menus import questions as q
-from menus import widgets
 from menus import review as review_screen
+from menus import widgets
 from menus.session import MenuSession
 from menus.widgets import BACK
 from menus.wizard import Auto, run_wizard

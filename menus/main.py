@@ -11,26 +11,24 @@ import sys
 from typing import Optional
 
 from menus import widgets
-from menus.builtins import not_built_reason
 from menus.device_info import DeviceProbe
 from menus.session import MenuSession
 from menus.widgets import BACK, LiveText, ToMain
 from swiftbox.errors import SwiftboxError
 
-ITEMS = [  # (value, title, pipeline it needs)
-    ("download", "Download a model", "download"),
-    ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)", "sft"),
-    ("dpo", "Align (DPO)", "dpo"),
-    ("chat", "Chat with a model", "chat"),
-    ("eval", "Evaluate", "eval"),
-    ("merge", "Merge adapter", "merge"),
-    ("quantize", "Quantize", "quantize"),
-    ("serve", "Serve (OpenAI API)", "serve"),
-    ("recipe", "Run a recipe", None),
-    ("doctor", "Device & environment (doctor)", None),
-    ("quit", "Quit", None),
+ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no pydantic schema
+    ("download", "Download a model"),
+    ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)"),
+    ("dpo", "Align (DPO)"),
+    ("chat", "Chat with a model"),
+    ("eval", "Evaluate"),
+    ("merge", "Merge adapter"),
+    ("quantize", "Quantize"),
+    ("serve", "Serve (OpenAI API)"),
+    ("recipe", "Run a recipe"),
+    ("doctor", "Device & environment (doctor)"),
+    ("quit", "Quit"),
 ]
-TITLES = {value: title for value, title, _ in ITEMS}
 
 # what to offer after a step finished: (next step, title); merge only when the output is an adapter
 NEXT = {
@@ -48,11 +46,7 @@ def header(session: MenuSession) -> str:
 
 
 def main_choices() -> list:
-    choices = []
-    for value, title, needs in ITEMS:
-        missing = not_built_reason(needs) if needs else None
-        choices.append(widgets.choice(f"{title}  (not built yet)" if missing else title, value))
-    return choices
+    return [widgets.choice(title, value) for value, title in ITEMS]
 
 
 def run_menu(session: Optional[MenuSession] = None) -> int:
@@ -104,10 +98,6 @@ def dispatch(session: MenuSession, action: str) -> None:
 def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
     from menus.flows import FLOWS, run_flow
 
-    reason = not_built_reason(kind)
-    if reason:
-        session.echo(f"  {TITLES.get(kind, kind)}: {reason}. Nothing was run.")
-        return
     outcome = run_flow(session, FLOWS[kind], carry)
     if outcome is not BACK and outcome.last_output:
         follow_up(session, *outcome.last_output)
@@ -132,7 +122,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     for step, title in options:
         if step == "merge" and not is_adapter:
             continue
-        choices.append(widgets.choice(f"{title}  ({output})", step, disabled=not_built_reason(step) and "not built yet"))
+        choices.append(widgets.choice(f"{title}  ({output})", step))
     choices.append(widgets.choice("Back to the main menu", BACK))
     answer = widgets.select(f"{kind} finished. Next?", choices)
     return None if answer is BACK else answer

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Optional
 
 from menus import widgets
-from menus.builtins import not_built_reason
 from menus.session import MenuSession
 from menus.widgets import BACK, ToMain
 
@@ -50,31 +49,26 @@ def show(recipe: dict) -> None:
                           title="recipe", title_align="left", expand=False))
 
 
-def problems(recipe: dict) -> tuple[Optional[str], Optional[str]]:
-    """(why the recipe is invalid, why it cannot run here because a pipeline is not built); None = fine."""
+def problem(recipe: dict) -> Optional[str]:
+    """Why the recipe is invalid (one line), or None."""
     from swiftbox.errors import UserError
     from swiftbox.recipe import validate_recipe
 
     try:
-        parsed = validate_recipe(recipe, "recipe")
+        validate_recipe(recipe, "recipe")
     except UserError as exc:
-        return str(exc), None
-    for step in parsed.steps:
-        reason = not_built_reason(step.kind)
-        if reason:
-            return None, reason
-    return None, None
+        return str(exc)
+    return None
 
 
 def review(session: MenuSession, recipe: dict, saved_as: Optional[str] = None):
     """Show `recipe` and act on it; an Outcome, or BACK (Esc / Back) to change the answers."""
     while True:
         show(recipe)
-        invalid, missing = problems(recipe)
-        for line in (invalid, missing):
-            if line:
-                session.echo(f"  ! {line}")
-        blocked = (invalid and "the recipe is invalid: edit it") or (missing and f"cannot run: {missing}")
+        invalid = problem(recipe)
+        if invalid:
+            session.echo(f"  ! {invalid}")
+        blocked = invalid and "the recipe is invalid: edit it"
         choices = [
             widgets.choice("Run", RUN, disabled=blocked),
             widgets.choice("Save and run", SAVE_RUN, disabled=blocked or (saved_as and "already saved")),

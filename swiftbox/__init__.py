@@ -6,7 +6,15 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pathlib import Path
+
 _API = {"run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval", "parity"}
+_PIPELINES = Path(__file__).resolve().parent / "pipelines"
+
+
+def _is_step_kind(name: str) -> bool:
+    """A step kind added later has its module under pipelines/ (checked without importing anything)."""
+    return name.isidentifier() and ((_PIPELINES / f"{name}.py").is_file() or (_PIPELINES / name).is_dir())
 
 
 def __getattr__(name: str):
@@ -14,7 +22,7 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module("swiftbox.parity")
-    if name in _API:
+    if name in _API or (name != "base" and _is_step_kind(name)):
         from swiftbox import api
 
         return getattr(api, name)

@@ -31,13 +31,9 @@ def _make(kind: str):
     return step
 
 
-download = _make("download")
-sft = _make("sft")
-dpo = _make("dpo")
-merge = _make("merge")
-quantize = _make("quantize")
-serve = _make("serve")
-chat = _make("chat")
-eval = _make("eval")  # noqa: A001 - the step is called eval; swiftbox.eval(...) reads naturally
+# one function per step kind, named like it (swiftbox.sft, swiftbox.eval, ...): a new schema in STEP_TYPES
+# is a new API function without a change here
+for _kind in STEP_TYPES:
+    globals()[_kind] = _make(_kind)
 
-__all__ = ["run_recipe", "download", "sft", "dpo", "merge", "quantize", "serve", "chat", "eval", "parity"]
+__all__ = ["run_recipe", "parity", *STEP_TYPES]

@@ -12,29 +12,15 @@ import sys
 import typing
 from pathlib import Path
 
+from swiftbox.args import OneLineParser
+from swiftbox.device import DEVICE_CHOICES
+from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
-PIPELINE_HELP = {
-    "download": "fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)",
-    "sft": "supervised fine-tuning: LoRA / QLoRA / DoRA / full",
-    "dpo": "preference alignment with DPO",
-    "eval": "accuracy on a question/answer file and perplexity",
-    "merge": "merge adapters into their base model",
-    "quantize": "GPTQ 4/8-bit export",
-    "serve": "OpenAI-compatible server (built-in engine or vLLM)",
-    "chat": "chat in the terminal with a model or a running server",
-}
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args"}  # take unknown flags
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad flags as one line (exit 2) instead of usage + error."""
-
-    def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
+DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 
 
 def _is_list_type(annotation) -> bool:
@@ -55,7 +41,7 @@ def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "")
             continue
         names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
         names += [] if prefix else ALIASES.get(name, [])
-        kwargs = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
+        kwargs: dict[str, typing.Any] = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
         if ann is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif _is_list_type(ann):
@@ -69,7 +55,7 @@ def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "")
 def _settings_from_args(args: argparse.Namespace, schema) -> dict:
     settings: dict = {}
     for key, value in vars(args).items():
-        if key.startswith("_") or key in ("command", "model_pos", "device"):
+        if key.startswith("_") or key in ("command", "model_pos", "device", "verbose"):
             continue
         node = settings
         parts = key.split(".")
@@ -77,6 +63,8 @@ def _settings_from_args(args: argparse.Namespace, schema) -> dict:
             node = node.setdefault(part, {})
         if isinstance(value, list) and len(value) == 1 and not _wants_list(schema, parts):
             value = value[0]
+        if parts == ["devices"] and isinstance(value, str):
+            value = parse_cli_devices(value)     # on the command line a bare number is a count
         node[parts[-1]] = value
     if getattr(args, "model_pos", None):
         settings["model"] = args.model_pos
@@ -98,10 +86,14 @@ def _wants_list(schema, parts: list[str]) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from swiftbox import __version__
     from swiftbox.steps import STEP_TYPES
 
     parser = OneLineParser(prog="swiftbox", description="swiftbox - the LLM appliance. No command opens the menu.")
-    parser.add_argument("--version", action="version", version="swiftbox 0.1.0")
+    parser.add_argument("--version", action="version", version=f"swiftbox {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the libraries' own warnings and banners (default: runs/<recipe>/swiftbox.log); "
+                             "also accepted after the command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("run", help="run a recipe file")
@@ -115,12 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="platform, devices, dtype, capabilities, library versions")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
 
-    p = sub.add_parser("test", help="run the test suite (fast by default)")
+    p = sub.add_parser("test", help="the lint/type gate, then the test suite (fast by default)")
     p.add_argument("--slow", action="store_true", help="only the slow tests")
+    p.add_argument("--no-lint", action="store_true", help="skip the lint/type gate (focused runs)")
     p.add_argument("--all", action="store_true", help="fast and slow tests")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+
+    sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
 
     p = sub.add_parser("bench", help="benchmarks: sft | serve | startup (prints one JSON line)")
     p.add_argument("name")
@@ -135,28 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parity_args", nargs=argparse.REMAINDER)
 
     for kind, schema in STEP_TYPES.items():
-        p = sub.add_parser(kind, help=PIPELINE_HELP.get(kind, kind))
+        p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
         p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
-        p.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+        p.add_argument("--device", default=None, help=DEVICE_HELP)
         _add_schema_flags(p, schema)
     return parser
 
 
-# third-party loggers that print import-time noise (torchao's missing CUDA kernels on CPU, torch pytree
-# deprecations) before swiftbox's own one-line answer; errors still show
-NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
-def quiet_third_party() -> None:
-    import logging
-
-    for name in NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    quiet_third_party()
+    verbose = "--verbose" in argv or argv[:1] == ["-v"]
+    argv = [a for a in argv if a != "--verbose"] if "--verbose" in argv else argv
+    from swiftbox import logs
+
+    logs.setup(verbose)   # before any library is imported: their noise goes to the run's log, not the screen
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")
@@ -199,12 +186,18 @@ def dispatch(args: argparse.Namespace) -> int:
         return doctor(as_json=args.json, device=args.device)
     if command == "test":
         return run_tests(args)
+    if command == "lint":
+        return run_lint()
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
-        return _optional("swiftbox.modeling.registry", "print_models", "the model registry")()
+        from swiftbox.modeling.registry import print_models
+
+        return print_models()
     if command == "parity":
-        return _optional("swiftbox.parity", "parity_cli", "parity")(args.a, args.b, args.parity_args)
+        from swiftbox.parity import parity_cli
+
+        return parity_cli(args.a, args.b, args.parity_args)
     if command in STEP_TYPES:
         from swiftbox.runner import run_step
 
@@ -218,23 +211,25 @@ def dispatch(args: argparse.Namespace) -> int:
     raise UserError(f"unknown command {command!r}")
 
 
-def _optional(module: str, attr: str, what: str):
-    """A command whose module lands with a later issue: fail plainly (exit 1) until it exists."""
-    import importlib
+def run_lint() -> int:
+    """ruff then mypy, from the project root; the first failure's exit code."""
+    import subprocess
 
-    from swiftbox.errors import NotBuilt
-
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            raise NotBuilt(f"{what} is not implemented yet") from None
-        raise
+    for tool, argv in (("ruff", ["-m", "ruff", "check", "."]), ("mypy", ["-m", "mypy"])):
+        rc = subprocess.call([sys.executable, *argv], cwd=ROOT)
+        if rc != 0:
+            print(f"swiftbox: lint: {tool} failed (exit {rc}); see above", file=sys.stderr)
+            return rc
+    return 0
 
 
 def run_tests(args: argparse.Namespace) -> int:
     import subprocess
 
+    if not args.no_lint:
+        rc = run_lint()
+        if rc != 0:
+            return rc
     marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
                                       "not slow and not cuda and not npu and not vllm")
     extra = [a for a in args.pytest_args if a != "--"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from swiftbox.errors import UserError
 
@@ -219,7 +219,8 @@ def dpo_triple(row: dict) -> dict:
 
 
 def _normalise(rows: list[tuple[Path, dict]], convert, formats: Iterable[str], kind: str) -> list:
-    out, line_of = [], {}
+    out: list = []
+    line_of: dict[Any, int] = {}
     for path, row in rows:
         line_of[path] = line_of.get(path, 0) + 1
         try:

@@ -2,7 +2,7 @@
 
 UserError (2): bad input - recipe, flags, data, paths. One line naming the field/file and what is expected.
 Unsupported (3): the feature is not available on this device; the message says what to use instead.
-SwiftboxError (1): anything else we raise on purpose (e.g. a step whose pipeline is not built yet).
+SwiftboxError (1): anything else we raise on purpose (e.g. a distributed run that failed).
 """
 
 
@@ -16,9 +16,3 @@ class UserError(SwiftboxError):
 
 class Unsupported(SwiftboxError):
     exit_code = 3
-
-
-class NotBuilt(SwiftboxError):
-    """A step kind whose pipeline has not landed yet: fail plainly, never pretend."""
-
-    exit_code = 1

@@ -10,7 +10,6 @@ functions to verify a merge before its output is committed.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -48,7 +47,8 @@ def read_probe(path: Union[str, Path]) -> list:
         items: list = [line for line in text.splitlines() if line.strip()]
     else:
         try:
-            rows = json.loads(text) if file.suffix == ".json" else [json.loads(l) for l in text.splitlines() if l.strip()]
+            lines = [line for line in text.splitlines() if line.strip()]
+            rows = json.loads(text) if file.suffix == ".json" else [json.loads(line) for line in lines]
         except json.JSONDecodeError as exc:
             raise UserError(f"probe {file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         items = [p for p in (_prompt_of(r) for r in rows if isinstance(r, dict)) if p]
@@ -99,7 +99,8 @@ def logits_on(model, batch, chunk: int = 8):
     outs = []
     with torch.no_grad():
         for start in range(0, batch["input_ids"].shape[0], chunk):
-            part = {k: v[start:start + chunk].to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+            part = {k: v[start:start + chunk].to(device) for k, v in batch.items()
+                    if k in ("input_ids", "attention_mask")}
             outs.append(model(**part).logits.float().cpu())
     return torch.cat(outs)
 
@@ -128,7 +129,8 @@ def _load(ref: str, platform, dtype: str, trust_remote_code: bool):
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
 
     spec = resolve_spec(ref)
-    return load_model(spec, platform, dtype, trust_remote_code=trust_remote_code), load_tokenizer(spec, trust_remote_code)
+    model = load_model(spec, platform, dtype, trust_remote_code=trust_remote_code)
+    return model, load_tokenizer(spec, trust_remote_code)
 
 
 def parity(a: str, b: str, probe: Union[None, str, Path, Sequence] = None, *, device: Optional[str] = None,
@@ -180,14 +182,17 @@ def print_table(result: dict, broken: list[str]) -> None:
 
 def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     """`./launch.sh parity A B [--probe FILE] [--max-diff X] [--min-cosine Y] [--json]`; 1 past a threshold."""
-    from swiftbox.cli import OneLineParser
+    from swiftbox.args import OneLineParser
+    from swiftbox.device import DEVICE_CHOICES
+    from swiftbox.steps import DTYPE_NAMES
 
     parser = OneLineParser(prog="swiftbox parity")
     parser.add_argument("--probe", default=None, help="prompts: .txt (one a line) or .jsonl; default: built-in")
     parser.add_argument("--max-diff", type=float, default=None, help="fail (exit 1) when max |Δlogit| exceeds this")
-    parser.add_argument("--min-cosine", type=float, default=None, help="fail (exit 1) when a position's cosine is below")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
+    parser.add_argument("--min-cosine", type=float, default=None, help="fail (exit 1) when a position's cosine is "
+                                                                       "below")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES])
+    parser.add_argument("--device", default=None, help=" | ".join(DEVICE_CHOICES))
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")

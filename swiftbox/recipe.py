@@ -10,11 +10,12 @@ import re
 import reprlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from pydantic import Field, ValidationError
 
-from swiftbox.device import DEVICE_CHOICES
+from swiftbox.device import DeviceChoice
+from swiftbox.device.devices import DevicesField
 from swiftbox.errors import UserError
 from swiftbox.steps import STEP_TYPES, StepBase, Strict
 
@@ -25,8 +26,9 @@ MAX_DEPTH = 32          # a real recipe nests 4 levels; anything deeper is refus
 class RecipeHeader(Strict):
     name: str = Field(..., pattern=NAME_RE, description="recipe name; outputs go to runs/<name>/")
     model: Optional[str] = Field(None, description="the first step's input model")
-    device: Literal.__getitem__(DEVICE_CHOICES) = Field("auto", description="auto or a platform name")
-    devices: Optional[Union[int, str]] = Field(None, description="device ids '0,1' or a count for training steps")
+    device: DeviceChoice = Field("auto", description="auto or a platform name")
+    devices: Optional[DevicesField] = Field(None, description="default devices of the training steps: a count (2) or "
+                                                              "ids ('0,1')")
     output_dir: Optional[str] = Field(None, description="default runs/<name>")
     description: Optional[str] = None
 
@@ -259,4 +261,4 @@ def _set_on_steps(data: dict, kind: str, nth: Optional[int], path: list[str], va
                 node = node[part]
             node[path[-1]] = value
     if hits == 0 or (nth is not None and nth > hits):
-        raise UserError(f"--set {_short(text)}: the recipe has no {'%s[%d]' % (kind, nth) if nth else kind} step")
+        raise UserError(f"--set {_short(text)}: the recipe has no {f'{kind}[{nth}]' if nth else kind} step")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from swiftbox.device.devices import DevicesField
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)[1:]      # the concrete compute dtypes
 
 
 class Strict(BaseModel):
@@ -31,7 +34,8 @@ SIZE_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", r
 
 
 class StepBase(Strict):
-    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir or an artifact dir; default: the previous step's output")
+    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir or an "
+                                                   "artifact dir; default: the previous step's output")
     output: Optional[str] = Field(None, description="output directory; default runs/<recipe>/<step>")
     force: bool = Field(False, description="replace an existing output directory")
     trust_remote_code: bool = Field(False, description="allow model repos to run their own python code")
@@ -78,7 +82,8 @@ class TrainBase(StepBase):
     logging_steps: int = Field(5, ge=1, le=BIG)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
     # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
-    devices: Optional[Union[int, str]] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3'; one id: '3,'); >1 relaunches under torchrun")
+    devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id "
+                                                              "'3,'); more than one relaunches under torchrun")
     nnodes: int = Field(1, ge=1, description="machines taking part; run the same step on each with its node_rank")
     node_rank: int = Field(0, ge=0, description="this machine's index, 0..nnodes-1 (0 writes the artifacts)")
     master_addr: str = Field("127.0.0.1", description="address of node 0, reachable from every node")
@@ -86,37 +91,33 @@ class TrainBase(StepBase):
     deepspeed: Optional[str] = Field(None, description="zero2 | zero3 | zero3_offload | path to a DeepSpeed json")
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
 
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, value):
-        return parse_devices(value)
-
     @field_validator("max_steps")
     @classmethod
-    def _max_steps(cls, value):
+    def _max_steps(cls, value: int) -> int:
         if value == 0:
             raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
 
     @field_validator("deepspeed")
     @classmethod
-    def _deepspeed(cls, value):
+    def _deepspeed(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and value not in DEEPSPEED_PRESETS and not value.endswith(".json"):
             raise ValueError(f"expected one of {', '.join(DEEPSPEED_PRESETS)} or a path to a .json config")
         return value
 
     @field_validator("fsdp")
     @classmethod
-    def _fsdp(cls, value):
+    def _fsdp(cls, value: Optional[str]) -> Optional[str]:
         if value is not None:
             bad = [w for w in value.split() if w not in FSDP_OPTIONS]
             if bad or not value.split():
-                raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from {', '.join(FSDP_OPTIONS)}")
+                raise ValueError(f"unknown FSDP option {' '.join(bad) or value!r}; expected words from "
+                                 f"{', '.join(FSDP_OPTIONS)}")
         return value
 
     @field_validator("node_rank")
     @classmethod
-    def _node_rank(cls, value, info):
+    def _node_rank(cls, value: int, info: ValidationInfo) -> int:
         nnodes = info.data.get("nnodes", 1)
         if value >= nnodes:
             raise ValueError(f"{value} is not below nnodes ({nnodes}); node ranks are 0..nnodes-1")
@@ -124,18 +125,22 @@ class TrainBase(StepBase):
 
     @field_validator("fsdp")
     @classmethod
-    def _one_sharding_engine(cls, value, info):
+    def _one_sharding_engine(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and info.data.get("deepspeed"):
             raise ValueError("deepspeed and fsdp are both set; pick one sharding engine")
         return value
 
 
 class SftStep(TrainBase):
+    """supervised fine-tuning: LoRA / QLoRA / DoRA / full"""
+
     packing: bool = Field(True, description="padding-free packing of samples")
     group_by_length: bool = Field(False, description="batch samples of similar length together")
 
 
 class DpoStep(TrainBase):
+    """preference alignment with DPO"""
+
     beta: float = Field(0.1, gt=0, le=100, description="DPO temperature")
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
     ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
@@ -144,6 +149,8 @@ class DpoStep(TrainBase):
 
 
 class EvalStep(StepBase):
+    """accuracy on a question/answer file and perplexity"""
+
     dataset: Optional[str] = Field(None, description="jsonl with questions and reference answers")
     match: Literal["exact", "contains"] = Field("exact", description="how a generated answer is compared")
     perplexity: Optional[str] = Field(None, description="text/jsonl file to measure perplexity on")
@@ -154,21 +161,29 @@ class EvalStep(StepBase):
 
 
 class DownloadStep(StepBase):
-    source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless hf: prefix")
+    """fetch a model (ModelScope, hf:ORG/NAME, local dir, or toy)"""
+
+    source: Literal["auto", "modelscope", "hf", "local"] = Field("auto", description="hub; auto = ModelScope unless "
+                                                                                     "hf: prefix")
     revision: Optional[str] = Field(None, description="branch, tag or commit; default master (ModelScope) / main (HF)")
     include: Optional[list[str]] = Field(None, description="glob patterns to fetch (default: everything but pickles)")
     exclude: Optional[list[str]] = Field(None, description="glob patterns to skip")
-    allow_pickle: bool = Field(False, description="also fetch *.bin / *.pt pickle weights (they can run code when loaded)")
-    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / HF_HUB_CACHE)")
+    allow_pickle: bool = Field(False, description="also fetch *.bin / *.pt pickle weights (they can run code when "
+                                                  "loaded)")
+    cache_dir: Optional[str] = Field(None, description="hub cache directory; default the hub's own (MODELSCOPE_CACHE / "
+                                                       "HF_HUB_CACHE)")
     link: Literal["auto", "hardlink", "symlink", "copy"] = Field(
         "auto", description="how the output holds the files: auto = copy small files, hard-link weights "
                             "(symlink across filesystems) to the hub cache; copy duplicates everything")
 
 
 class MergeStep(StepBase):
+    """merge adapters into their base model"""
+
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the platform's")
+    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the "
+                                             "platform's")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
     tolerance: Optional[float] = Field(None, gt=0, le=1e6,
@@ -181,7 +196,7 @@ class MergeStep(StepBase):
         return check_size(value)
 
     @model_validator(mode="after")
-    def _input_from_adapters(self):
+    def _input_from_adapters(self) -> MergeStep:
         # `--adapters A B` alone is a complete request: the first adapter is the step's input
         if self.model is None and self.adapters:
             self.model = self.adapters[0]
@@ -189,6 +204,8 @@ class MergeStep(StepBase):
 
 
 class QuantizeStep(StepBase):
+    """GPTQ 4/8-bit export"""
+
     method: Literal["gptq"] = Field("gptq", description="gptq (gptqmodel 7.6.0)")
     bits: Literal[4, 8] = Field(4, description="4 or 8")
     group_size: int = Field(128, ge=-1, le=65536, description="GPTQ group size (-1 = per-channel); lowered to one "
@@ -219,7 +236,10 @@ class QuantizeStep(StepBase):
 
 
 class ServeStep(StepBase):
-    engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it runs")
+    """OpenAI-compatible server (built-in engine or vLLM)"""
+
+    engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it "
+                                                                                            "runs")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server (needs an API key)")
     port: int = Field(8000, ge=0, le=65535)
     api_key: Optional[str] = Field(None, description="required on every route but /health; prefer SWIFTBOX_API_KEY "
@@ -232,7 +252,8 @@ class ServeStep(StepBase):
     max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")
     max_queue: int = Field(128, ge=1, le=100_000, description="built-in engine: sequences waiting for a slot; "
                            "past it requests get 429 with Retry-After")
-    devices: Optional[Union[int, str]] = None
+    devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM "
+                                                              "tensor-parallel size = the number of devices")
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
@@ -241,7 +262,7 @@ class ServeStep(StepBase):
 
     @field_validator("adapters", mode="before")
     @classmethod
-    def _pairs(cls, value):
+    def _pairs(cls, value: Any) -> Any:
         return _parse_pairs(value)
 
     @field_validator("host")
@@ -253,6 +274,8 @@ class ServeStep(StepBase):
 
 
 class ChatStep(StepBase):
+    """chat in the terminal with a model or a running server"""
+
     url: Optional[str] = Field(None, description="chat with a running server instead of loading the model")
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
@@ -264,41 +287,13 @@ class ChatStep(StepBase):
 
     @field_validator("adapters", mode="before")
     @classmethod
-    def _pairs(cls, value):
+    def _pairs(cls, value: Any) -> Any:
         return _parse_pairs(value)
 
 
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
-
-
-def parse_devices(value):
-    """Training `devices`: 4 or '4' is a count; '0,1,2,3' (or '3,' for one id) lists ids. Keeps the input's
-    form (int count or id string) after checking it, so manifests show what the user wrote."""
-    if value is None or isinstance(value, bool):
-        if isinstance(value, bool):
-            raise ValueError("expected a device count or ids like '0,1'")
-        return value
-    if isinstance(value, int):
-        if value < 1:
-            raise ValueError(f"expected a device count of at least 1, got {value}")
-        return value
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text in ("", "auto"):
-            return None
-        if text.isdigit():
-            return parse_devices(int(text))
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        if not parts or not all(p.isdigit() for p in parts):
-            raise ValueError(f"expected a device count (4) or comma-separated ids ('0,1'), got {value!r}")
-        if len(set(parts)) != len(parts):
-            raise ValueError(f"device ids repeat in {value!r}")
-        return ",".join(parts) + ("," if len(parts) == 1 else "")
-    raise ValueError(f"expected a device count or ids like '0,1', got {type(value).__name__}")
 
 
 def check_size(value: str) -> str:
@@ -308,7 +303,7 @@ def check_size(value: str) -> str:
     return value.strip()
 
 
-def _parse_pairs(value):
+def _parse_pairs(value: Any) -> Any:
     """Accept {'a': 'p'} or ['a=p', ...] (the CLI form) for name=path maps."""
     if isinstance(value, (list, tuple)):
         out = {}
@@ -321,6 +316,8 @@ def _parse_pairs(value):
     return value
 
 
+# The step kinds, in the order the CLI and docs list them. A new pipeline adds its schema here (its docstring
+# is the command's help line) and swiftbox/pipelines/<kind>.py; the runner, worker, CLI and API find it.
 STEP_TYPES: dict[str, type[StepBase]] = {
     "download": DownloadStep,
     "sft": SftStep,

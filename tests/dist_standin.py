@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import os
 
-from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepResult
+from swiftbox.pipelines.base import StepResult, declare
+from swiftbox.steps import SftStep
+from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
+from swiftbox.training.model import check_training
 
-PRODUCES_MODEL = True
 NAME = "tests.dist_standin"
 
 
-def run(cfg, ctx):
+def run(cfg: SftStep, ctx) -> StepResult:
     result = maybe_relaunch(cfg, ctx, pipeline=NAME)
     if result is not None:
         return result
@@ -40,3 +41,6 @@ def run(cfg, ctx):
                                                                "input": ctx.input, "lr": cfg.learning_rate}))
     dist.barrier()
     return StepResult(metrics={"allreduce_sum": total.item()}, info={"artifact": "standin"})
+
+
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)

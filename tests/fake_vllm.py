@@ -34,7 +34,8 @@ def main() -> None:
             return JSONResponse({"error": {"message": "Unauthorized"}}, status_code=401)
         body = await request.json()
         if body.get("max_tokens", 0) > 1000:
-            return JSONResponse({"error": {"message": "too long", "type": "BadRequestError", "code": 400}}, status_code=400)
+            error = {"message": "too long", "type": "BadRequestError", "code": 400}
+            return JSONResponse({"error": error}, status_code=400)
         answer = f"fake answer from {body['model']}"
         if body.get("stream"):
             def gen():

@@ -44,7 +44,6 @@ def install_fake_npu(soc: str = "Ascend910B2", count: int = 8) -> None:
 
 def plan() -> dict:
     import accelerate
-    import torch
     from transformers.utils import is_torch_npu_available
 
     from swiftbox.device import current_platform

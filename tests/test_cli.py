@@ -54,9 +54,28 @@ def test_python_api_functions_carry_the_schema():
     assert swiftbox.sft.__name__ == "sft" and "lora" in swiftbox.sft.__doc__
     assert callable(swiftbox.run_recipe) and callable(swiftbox.eval)
     with pytest.raises(AttributeError):
-        swiftbox.no_such_thing
+        swiftbox.no_such_thing  # noqa: B018 - the attribute access is the test
 
 
 def test_menu_without_a_terminal_says_so():
     out = run_cli(input="")
     assert out.returncode == 2 and "interactive terminal" in out.stderr
+
+
+def test_devices_on_the_command_line_mean_what_they_mean_in_a_recipe():
+    """`--devices 2` is two devices for sft and serve alike; `--devices 3,` is device id 3."""
+    from swiftbox.cli import _settings_from_args, build_parser
+    from swiftbox.device import Devices
+    from swiftbox.steps import STEP_TYPES
+
+    parser = build_parser()
+    for kind, extra in (("sft", ["--dataset", "d.jsonl"]), ("serve", [])):
+        for flag, want in (("2", Devices(count=2)), ("0,1", Devices(ids=(0, 1))), ("3,", Devices(ids=(3,)))):
+            args, _ = parser.parse_known_args([kind, "toy", *extra, "--devices", flag])
+            cfg = STEP_TYPES[kind].model_validate(_settings_from_args(args, STEP_TYPES[kind]))
+            assert cfg.devices == want, (kind, flag)
+
+
+def test_builtin_engine_refuses_devices_it_cannot_use(cli):
+    res = cli("serve", "toy", "--engine", "builtin", "--devices", "2", "--smoke", timeout=120)
+    assert res.returncode == 2 and "built-in engine runs on one device" in res.stderr.strip().splitlines()[-1]

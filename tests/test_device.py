@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform, detect, resolve_platform
-from swiftbox.device.base import normalise_devices
+from swiftbox.device import CpuPlatform, CudaPlatform, Devices, NpuPlatform, detect, parse_devices, resolve_platform
 from swiftbox.device.npu import soc_supports_bf16
 from swiftbox.errors import Unsupported, UserError
 
@@ -89,7 +88,43 @@ def test_cpu_defaults():
     assert str(cpu.torch_device()) == "cpu"
 
 
-def test_normalise_devices():
-    assert normalise_devices("0,1,3") == [0, 1, 3]
-    assert normalise_devices(2) == [0, 1]
-    assert normalise_devices(None) is None and normalise_devices("auto") is None
+def test_devices_has_one_meaning():
+    """A number is a count, a list or comma form is ids; the same parse for every step and the header."""
+    assert parse_devices(2) == Devices(count=2) and parse_devices(2).resolve() == [0, 1]
+    assert parse_devices("0,1,3") == Devices(ids=(0, 1, 3)) and parse_devices("0,1,3").n == 3
+    assert parse_devices([2]) == parse_devices("2,") == Devices(ids=(2,))
+    assert parse_devices([2]).resolve() == [2] and parse_devices([2]).n == 1
+    assert parse_devices(None) is None and parse_devices("auto") is None
+    assert parse_devices(2).spelling() == 2 and parse_devices([2]).spelling() == "2,"
+    assert str(parse_devices("0,1")) == "0,1"
+    for bad, why in [("2", "ambiguous"), (0, "at least 1"), ("0,0", "repeat"), ("a,b", "count"), (True, "count"),
+                     ([-1], "ids")]:
+        with pytest.raises(ValueError, match=why):
+            parse_devices(bad)
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo", "serve"])
+def test_train_and_serve_read_devices_alike(kind):
+    """The same spelling is the same devices on every step (serve's tensor parallel = the number of them)."""
+    from swiftbox.errors import UserError
+    from swiftbox.recipe import parse_step
+
+    base = {"dataset": "d.jsonl"} if kind != "serve" else {}
+    assert parse_step({kind: {**base, "devices": 2}}, 0).config.devices == Devices(count=2)
+    assert parse_step({kind: {**base, "devices": "0,1"}}, 0).config.devices == Devices(ids=(0, 1))
+    assert parse_step({kind: {**base, "devices": [3]}}, 0).config.devices == Devices(ids=(3,))
+    with pytest.raises(UserError, match="ambiguous") as err:
+        parse_step({kind: {**base, "devices": "3"}}, 0)
+    assert err.value.exit_code == 2
+
+
+def test_vllm_tensor_parallel_follows_devices():
+    from swiftbox.device import CudaPlatform
+    from swiftbox.pipelines.serve.engine_vllm import plan
+    from swiftbox.steps import ServeStep
+
+    for devices, tp, visible in [(2, "2", "0,1"), ("1,3", "2", "1,3"), ([3], "1", "3")]:
+        p = plan(ServeStep(devices=devices), CudaPlatform(), model_path="m", base_name="m", loras={},
+                 dtype="bfloat16", port=1, executable=["vllm"])
+        assert p.argv[p.argv.index("--tensor-parallel-size") + 1] == tp
+        assert p.env["CUDA_VISIBLE_DEVICES"] == visible

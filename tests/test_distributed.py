@@ -1,8 +1,7 @@
 """Multi-process training (issue 8): launch plans for simulated NPU / CUDA, refusals, and real torchrun runs.
 
 The relaunch mechanics run end to end today through a stand-in pipeline (tests/dist_standin.py: a real
-gloo all_reduce on 2 processes). The LoRA SFT run on 2 processes needs swiftbox.pipelines.sft and is
-skipped only while that module is missing.
+gloo all_reduce on 2 processes); the slow test trains LoRA SFT on 2 processes for real.
 """
 from __future__ import annotations
 
@@ -16,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from swiftbox.training.distributed import launch as distributed
-from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform
-from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
-from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
+from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform, parse_devices
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.pipelines.base import StepContext
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
+from swiftbox.training.distributed import launch as distributed
+from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
+from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
 from tests.conftest import ROOT
 
 DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
@@ -31,7 +30,7 @@ DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
 
 def ctx_for(platform, tmp_path, kind="sft", header_devices=None):
     return StepContext(recipe="r", kind=kind, index=0, input="toy", work_dir=tmp_path / "out.partial",
-                       output=tmp_path / "out", platform=platform, header_devices=header_devices)
+                       output=tmp_path / "out", platform=platform, header_devices=parse_devices(header_devices))
 
 
 @pytest.fixture
@@ -53,7 +52,7 @@ def flag(argv, name):
 
 
 # -- launch plans ------------------------------------------------------------------------------
-@pytest.mark.parametrize("devices", ["0,1,2,3,4,5,6,7", 8, "8"])
+@pytest.mark.parametrize("devices", ["0,1,2,3,4,5,6,7", 8, list(range(8))])
 def test_npu_plan_two_nodes_of_eight(npu8, tmp_path, devices):
     cfg = SftStep(dataset=DATA, devices=devices, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600)
     plan = plan_launch(cfg, ctx_for(npu8, tmp_path))
@@ -153,13 +152,21 @@ def test_one_process_on_another_card_goes_through_the_visible_env(cuda4, tmp_pat
 def test_recipe_level_devices_count_too(cuda4, tmp_path):
     plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="0,1,2"))
     assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
-    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="2"))
+    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices=2))
     assert plan.world_size == 2 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"  # a count, as on the CLI
+    plan = plan_launch(SftStep(dataset=DATA, devices=[3]), ctx_for(cuda4, tmp_path, header_devices=2))
+    assert plan.world_size == 1 and plan.env["CUDA_VISIBLE_DEVICES"] == "3"   # the step's own wins
 
 
 def test_refusals_come_first_even_for_one_process(tmp_path):
+    from swiftbox.pipelines import load_pipeline
+
     with pytest.raises(Unsupported, match="gloo"):
-        maybe_relaunch(SftStep(dataset=DATA, deepspeed="zero3"), ctx_for(CpuPlatform(), tmp_path))
+        load_pipeline("sft").check(SftStep(dataset=DATA, deepspeed="zero3"), CpuPlatform())
+    with pytest.raises(Unsupported, match="gloo"):
+        run_recipe({"name": "r", "model": "toy", "steps": [{"sft": {"dataset": DATA, "deepspeed": "zero3"}}]},
+                   runs_root=tmp_path)
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]   # no sft.partial left behind
 
 
 def test_one_process_does_not_relaunch(tmp_path):
@@ -188,8 +195,9 @@ def test_bundled_deepspeed_configs_are_auto():
 def deepspeed_installed(monkeypatch):
     from swiftbox.training.distributed import args as distributed_args
 
-    real = distributed_args._version
-    monkeypatch.setattr(distributed_args, "_version", lambda pkg: "0.16.0" if pkg == "deepspeed" else real(pkg))
+    real = distributed_args.package_version
+    monkeypatch.setattr(distributed_args, "package_version",
+                        lambda pkg: "0.16.0" if pkg == "deepspeed" else real(pkg))
     return distributed_args
 
 
@@ -213,14 +221,14 @@ def test_deepspeed_user_json(cuda4, deepspeed_installed, tmp_path):
 
 def test_deepspeed_on_cpu_names_gloo_ddp(tmp_path):
     with pytest.raises(Unsupported) as err:
-        plan_launch(SftStep(dataset=DATA, devices=2, deepspeed="zero2"), ctx_for(CpuPlatform(), tmp_path))
+        check_distributed(SftStep(dataset=DATA, devices=2, deepspeed="zero2"), CpuPlatform())
     assert err.value.exit_code == 3 and "gloo" in str(err.value) and "cpu" in str(err.value)
 
 
 def test_deepspeed_not_installed_names_the_extra(cuda4, monkeypatch):
     from swiftbox.training.distributed import args as distributed_args
 
-    monkeypatch.setattr(distributed_args, "_version", lambda pkg: None)
+    monkeypatch.setattr(distributed_args, "package_version", lambda pkg: None)
     with pytest.raises(Unsupported, match=r"pip install 'swiftbox\[deepspeed\]'") as err:
         check_distributed(SftStep(dataset=DATA, devices=2, deepspeed="zero2"), cuda4)
     assert err.value.exit_code == 3
@@ -233,7 +241,7 @@ def test_qlora_with_zero3_follows_installed_versions(cuda4, deepspeed_installed,
 
     assert quantization_extra(cfg, "bfloat16") == {"bnb_4bit_quant_storage": "bfloat16"}
     assert quantization_extra(SftStep(dataset=DATA, method="qlora", deepspeed="zero2"), "bfloat16") == {}
-    monkeypatch.setattr(deepspeed_installed, "_version", lambda pkg: {"deepspeed": "0.16.0"}.get(pkg, "0.42.0"))
+    monkeypatch.setattr(deepspeed_installed, "package_version", lambda pkg: {"deepspeed": "0.16.0"}.get(pkg, "0.42.0"))
     with pytest.raises(Unsupported, match="qlora with ZeRO-3 needs bitsandbytes>=0.43.0"):
         check_distributed(cfg, cuda4)
     check_distributed(SftStep(dataset=DATA, method="qlora", deepspeed="zero2"), cuda4)
@@ -243,6 +251,7 @@ def test_qlora_with_zero3_follows_installed_versions(cuda4, deepspeed_installed,
     ({"deepspeed": "zero2", "fsdp": "full_shard"}, "fsdp: deepspeed and fsdp are both set"),
     ({"nnodes": 2, "node_rank": 2}, "node_rank: 2 is not below nnodes (2)"),
     ({"devices": "0,x"}, "devices"),
+    ({"devices": "2"}, "'2' is ambiguous: write 2 (no quotes) for 2 device(s), or '2,' / [2] for device id 2"),
     ({"deepspeed": "zero9"}, "deepspeed"),
     ({"fsdp": "shard_everything"}, "fsdp"),
 ])
@@ -282,9 +291,11 @@ def test_failure_report_names_the_first_rank_to_fail_and_keeps_its_exit_class():
     # torchrun "first observed" rank 2 (both died within its poll); the worker marks say rank 3 failed first
     err = failure_error(1, marks + torchrun_report(root_rank=2, root_code=1, other=(3, 1, 2)))
     assert isinstance(err, UserError) and err.exit_code == 2
-    assert str(err) == "distributed run failed: rank 3 (local_rank 1 on node-b): UserError: dataset: row 7 has no messages"
+    assert str(err) == ("distributed run failed: rank 3 (local_rank 1 on node-b): "
+                        "UserError: dataset: row 7 has no messages")
     killed = failure_error(1, marks[1:] + torchrun_report(root_rank=3, root_code=-9, other=(2, 0, 1)))
-    assert type(killed) is SwiftboxError and str(killed).startswith("distributed run failed: rank 3 (local_rank 1 on node-b): killed by signal 9")
+    assert type(killed) is SwiftboxError and str(killed).startswith("distributed run failed: rank 3 (local_rank 1 on "
+                                                                    "node-b): killed by signal 9")
     silent = failure_error(1, torchrun_report(root_rank=1, root_code=7, other=(0, 0, -15)))
     assert "rank 1 (local_rank 1 on node-b): exit code 7" in str(silent)
     early = failure_error(1, ["RuntimeError: The server socket has failed to listen on any local network address."])
@@ -295,7 +306,7 @@ def test_failure_report_names_the_first_rank_to_fail_and_keeps_its_exit_class():
 @pytest.fixture
 def standin(monkeypatch):
     module = importlib.import_module("tests.dist_standin")
-    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: module)
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: module.PIPELINE)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     return module
 
@@ -423,7 +434,6 @@ def two_runs(tmp_path) -> dict:
 
 @pytest.mark.slow
 def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd):
-    pytest.importorskip("swiftbox.pipelines.sft")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     import torch
 
@@ -443,7 +453,9 @@ def test_lora_sft_on_two_gloo_processes_matches_one(tmp_path, monkeypatch, capfd
     assert two["metrics"]["steps"] == one["metrics"]["steps"]
     assert two["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=0.1)
     acc_one, acc_two = answers_accuracy(one["out"]), answers_accuracy(two["out"])
-    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss {one['metrics']['train_loss']} acc {acc_one:.2f} | "
-          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss {two['metrics']['train_loss']} acc {acc_two:.2f}")
+    print(f"\n1 process: step {one['seconds']:.1f}s train {one['metrics'].get('train_seconds')}s loss "
+          f"{one['metrics']['train_loss']} acc {acc_one:.2f} | "
+          f"2 processes: step {two['seconds']:.1f}s train {two['metrics'].get('train_seconds')}s loss "
+          f"{two['metrics']['train_loss']} acc {acc_two:.2f}")
     assert acc_one > 0.2, "the single-process run did not learn to answer; the bar below would be meaningless"
     assert acc_two >= acc_one - 0.1

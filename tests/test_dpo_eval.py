@@ -34,7 +34,8 @@ def always_yes(tmp_path, n=48):
 def test_dpo_continues_the_sft_adapter_against_the_sft_policy(tmp_path):
     summary = run(tmp_path, "c",
                   {"sft": {"dataset": SFT_DATA + "#64", "max_steps": 3, "learning_rate": 5e-3, **FAST}},
-                  {"dpo": {"dataset": always_yes(tmp_path), "max_steps": 6, "learning_rate": 5e-3, "beta": 0.5, **FAST}})
+                  {"dpo": {"dataset": always_yes(tmp_path), "max_steps": 6, "learning_rate": 5e-3, "beta": 0.5,
+                           **FAST}})
     sft_out, dpo_out = tmp_path / "c" / "sft", tmp_path / "c" / "dpo"
     m = summary["steps"][1]["metrics"]
     assert m["pairs"] == 48 and m["dropped_pairs"] == 0 and math.isfinite(m["train_loss"])

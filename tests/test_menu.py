@@ -12,12 +12,13 @@ import sys
 import pytest
 import yaml
 
-from menus import builtins, datasets, main, review, widgets
+from menus import datasets, main, review, widgets
 from menus.device_info import DeviceFacts, DeviceProbe
 from menus.flows import FLOWS, run_flow
 from menus.widgets import BACK
+from swiftbox.modeling.registry import PRESETS as ALL_PRESETS
 from tests.conftest import ROOT
-from tests.menu_keys import (BACKSPACE, CTRL_C, DOWN, ENTER, ESC, FACTS, UP, FakeRunner, keys, make_session)
+from tests.menu_keys import BACKSPACE, CTRL_C, DOWN, ENTER, ESC, FACTS, UP, keys, make_session
 
 SFT_DATA = "recipes/data/parity_sft.jsonl"
 
@@ -28,16 +29,16 @@ def _at_root(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _no_registry(monkeypatch):
-    """Model lists are toy + Other unless a test installs a registry (the real one may be on sys.path)."""
-    from menus import registry
+def _no_presets(monkeypatch):
+    """Model lists are toy + Other (the keystrokes below count on it) unless a test puts presets back."""
+    from swiftbox.modeling import registry
 
-    monkeypatch.setattr(registry, "_registry", lambda: None)
+    monkeypatch.setattr(registry, "PRESETS", ())
 
 
 @pytest.fixture
-def built(monkeypatch):
-    monkeypatch.setattr(builtins, "is_built", lambda kind: True)
+def built():
+    """Every pipeline is built; kept so the flow tests read as before."""
 
 
 def only_step(recipe: dict):
@@ -175,24 +176,15 @@ def test_memory_estimates_come_from_the_registry(tmp_path, monkeypatch, built):
 
 
 def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
-    import types
-    from dataclasses import dataclass
-
     from menus import registry
+    from swiftbox.modeling import registry as models
 
-    @dataclass(frozen=True)
-    class Preset:
-        name: str
-        modelscope_id: str
-
-    qwen = Preset("qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B-Instruct")
-    fake = types.SimpleNamespace(
-        PRESETS=(qwen,), METHODS=("full", "lora", "qlora", "infer"),
-        find=lambda ref: qwen if ref in (qwen.name, qwen.modelscope_id) else None,
-        memory_gib=lambda preset, method, dtype: {"full": 140.0, "lora": 17.3, "qlora": 6.0}[method])
-    monkeypatch.setattr(registry, "_registry", lambda: fake)
+    qwen = next(p for p in ALL_PRESETS if p.name == "qwen2.5-7b-instruct")
+    monkeypatch.setattr(models, "PRESETS", (qwen,))
     assert [o.ref for o in registry.model_options()] == ["toy", "Qwen/Qwen2.5-7B-Instruct"]
-    assert registry.memory_estimate("Qwen/Qwen2.5-7B-Instruct", "dora", "bfloat16") == 17.3
+    assert registry.memory_estimate("Qwen/Qwen2.5-7B-Instruct", "dora", "bfloat16") == \
+        models.memory_gib(qwen, "lora", "bfloat16")
+    assert registry.memory_estimate("someone/unknown-model", "lora", "bfloat16") is None
     session = make_session(tmp_path)
     with keys(monkeypatch, [DOWN + ENTER, ENTER, DOWN + ENTER, ENTER, ENTER, ENTER, ENTER]) as prompts:
         outcome = run_flow(session, FLOWS["sft"])
@@ -204,19 +196,21 @@ def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
 def test_method_default_is_qlora_when_only_it_fits(monkeypatch):
     from menus import questions, registry
 
-    monkeypatch.setattr(registry, "memory_estimate", lambda ref, method, dtype: {"lora": 20.0, "qlora": 7.0}.get(method))
+    monkeypatch.setattr(registry, "memory_estimate",
+                        lambda ref, method, dtype: {"lora": 20.0, "qlora": 7.0}.get(method))
     assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, set(), "lora") == "qlora"
     assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", FACTS, {"qlora"}, "lora") == "lora"
     roomy = DeviceFacts(**{**FACTS.__dict__, "memory_gib": 80.0})
     assert questions.fitting_method("Qwen/Qwen2.5-7B-Instruct", "bfloat16", roomy, set(), "lora") == "lora"
 
 
-def test_registry_missing_means_toy_and_free_text(monkeypatch):
+def test_every_registry_preset_is_offered(monkeypatch):
     from menus import registry
+    from swiftbox.modeling import registry as models
 
-    monkeypatch.setattr(registry, "_registry", lambda: None)
-    assert [o.ref for o in registry.model_options()] == ["toy"]
-    assert registry.memory_estimate("Qwen/Qwen2.5-0.5B-Instruct", "lora", "float32") is None
+    monkeypatch.setattr(models, "PRESETS", ALL_PRESETS)
+    refs = [o.ref for o in registry.model_options()]
+    assert refs[0] == "toy" and refs[1:] == [p.modelscope_id for p in models.PRESETS] and len(refs) > 5
 
 
 # -- back / escape / ctrl-c -----------------------------------------------------------------------
@@ -288,21 +282,10 @@ def test_quit_item(tmp_path, monkeypatch):
         assert main.run_menu(session) == 0
 
 
-def test_unbuilt_item_says_so_plainly(tmp_path, monkeypatch):
-    monkeypatch.setattr(builtins, "is_built", lambda kind: kind != "sft")
-    titles = [c.title for c in main.main_choices()]
-    assert "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)  (not built yet)" in titles
-    assert "Download a model" in titles
-    session = make_session(tmp_path)
-    with keys(monkeypatch, [DOWN + ENTER, CTRL_C]):
-        main.run_menu(session)
-    assert any("the sft pipeline is not built yet" in line and "Nothing was run" in line for line in session.echoed)
-
-
-def test_review_blocks_run_of_an_unbuilt_step(tmp_path, monkeypatch):
-    monkeypatch.setattr(builtins, "is_built", lambda kind: False)
-    invalid, missing = review.problems({"name": "x", "model": "toy", "steps": [{"sft": {"dataset": SFT_DATA}}]})
-    assert invalid is None and "not built yet" in missing
+def test_review_names_what_is_wrong_with_a_recipe():
+    assert review.problem({"name": "x", "model": "toy", "steps": [{"sft": {"dataset": SFT_DATA}}]}) is None
+    assert "epochs" in review.problem({"name": "x", "model": "toy", "steps": [{"sft": {"dataset": SFT_DATA,
+                                                                                       "epochs": -1}}]})
 
 
 # -- review: save / edit / next step --------------------------------------------------------------

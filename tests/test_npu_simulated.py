@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from tests.conftest import ROOT, run_cli
 
 SIM = str(Path(__file__).with_name("npu_sim.py"))

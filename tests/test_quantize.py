@@ -163,14 +163,11 @@ def test_refuses_existing_output_without_force(cli, toy_dir, tmp_path):
 
 def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
     from swiftbox.device import NpuPlatform
-    from swiftbox.pipelines import quantize
-    from swiftbox.pipelines.base import StepContext
+    from swiftbox.pipelines import load_pipeline
     from swiftbox.steps import QuantizeStep
 
-    ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
-                      output=tmp_path / "o", platform=NpuPlatform())
-    with pytest.raises(Unsupported) as err:
-        quantize.run(QuantizeStep(), ctx)
+    with pytest.raises(Unsupported) as err:   # the pipeline's check: before any output directory exists
+        load_pipeline("quantize").check(QuantizeStep(), NpuPlatform())
     assert err.value.exit_code == 3 and "gptq" in str(err.value) and "instead" in str(err.value)
 
 
@@ -178,8 +175,8 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
 
 def test_calibration_sources(toy_dir, tmp_path):
     from swiftbox.device import current_platform
-    from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
     from swiftbox.pipelines.base import StepContext
+    from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
     from swiftbox.steps import QuantizeStep
 
     ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
@@ -226,8 +223,8 @@ def test_bnb_load_configs(toy_dir):
 def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypatch):
     import torch
 
-    from swiftbox.modeling import loading
     from swiftbox.device import current_platform
+    from swiftbox.modeling import loading
 
     monkeypatch.setattr(loading, "transformers_loads_gptq", lambda: False)
     spec = loading.resolve_spec(str(gptq4[0]))

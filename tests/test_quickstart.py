@@ -26,3 +26,9 @@ def test_quickstart_numbers_hold(tmp_path):
     assert quant["size_ratio"] < 0.5 and after_quant["accuracy"] >= 0.85
     assert serve["ok"] is True and serve["answer"] in ("yes", "no")
     assert "quickstart" in out.stdout and "summary:" in out.stdout            # the closing table
+    # quiet by default: no third-party warnings or banners on screen; they are in the run's log
+    shown = out.stdout + out.stderr
+    noise = ("Failed to load", "_pytree", "FutureWarning", "DeprecationWarning", "GPT-QModel", "ENV: Auto setting",
+             "warnings.warn(")
+    assert [n for n in noise if n in shown] == [], shown[-3000:]
+    assert "Failed to load" in (tmp_path / "quickstart" / "swiftbox.log").read_text()

@@ -95,7 +95,8 @@ def mutated_quickstart(draw):
         key = draw(st.sampled_from(list(STEP_TYPES[kind].model_fields) + ["zzz"]))
         data["steps"][i][kind][key] = draw(json_any)
     else:
-        data["steps"][1]["sft"]["lora"][draw(st.sampled_from(["rank", "alpha", "dropout", "targets", "q"]))] = draw(json_any)
+        key = draw(st.sampled_from(["rank", "alpha", "dropout", "targets", "q"]))
+        data["steps"][1]["sft"]["lora"][key] = draw(json_any)
     return data
 
 
@@ -133,7 +134,8 @@ def test_fuzz_many_more_mutations(data):
     check_contract(data)
 
 
-@pytest.mark.parametrize("text", ["steps: [\n  - sft: {", "- just\n- a list\n", "name: x\nsteps:\n  - sft:\n      lora: {rank: [}\n",
+@pytest.mark.parametrize("text", ["steps: [\n  - sft: {", "- just\n- a list\n", "name: x\nsteps:\n  - sft:\n      "
+                                                                                "lora: {rank: [}\n",
                                   "\x00\x01binary"])
 def test_cli_malformed_recipe_files_exit_2_with_one_line(text, tmp_path, cli):
     path = tmp_path / "bad.yaml"

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
-import types
 
 import pytest
 
 from swiftbox.artifacts import MANIFEST, read_manifest
-from swiftbox.errors import NotBuilt
-from swiftbox.pipelines.base import StepResult
+from swiftbox.errors import Unsupported
+from swiftbox.pipelines import load_pipeline
+from swiftbox.pipelines.base import StepResult, declare
 from swiftbox.runner import run_recipe
+from swiftbox.steps import STEP_TYPES
 
 
 @pytest.fixture
@@ -20,9 +20,6 @@ def fake_pipelines(monkeypatch):
     calls = []
 
     def make(kind, produces, fail=False):
-        mod = types.ModuleType(f"fake_{kind}")
-        mod.PRODUCES_MODEL = produces
-
         def run(cfg, ctx):
             calls.append((kind, ctx.input, ctx.output.name))
             (ctx.work_dir / "weights.txt").write_text(kind)
@@ -30,8 +27,7 @@ def fake_pipelines(monkeypatch):
                 raise RuntimeError("boom in " + kind)
             return StepResult(metrics={"accuracy": 0.5}, info={"artifact": "adapter" if kind == "sft" else "report"})
 
-        mod.run = run
-        return mod
+        return declare(kind, STEP_TYPES[kind], produces_model=produces, run=run)
 
     table = {"sft": make("sft", True), "eval": make("eval", False), "merge": make("merge", True),
              "quantize": make("quantize", True, fail=True)}
@@ -44,8 +40,8 @@ def recipe(*steps, name="r"):
 
 
 def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
-    summary = run_recipe(recipe({"eval": {}}, {"sft": {"dataset": "d.jsonl"}}, {"eval": {}}, {"merge": {}}, {"eval": {}}),
-                         runs_root=tmp_path)
+    summary = run_recipe(recipe({"eval": {}}, {"sft": {"dataset": "d.jsonl"}}, {"eval": {}}, {"merge": {}},
+                                {"eval": {}}), runs_root=tmp_path)
     root = tmp_path / "r"
     assert [c[0] for c in fake_pipelines] == ["eval", "sft", "eval", "merge", "eval"]
     # eval does not change the chain; sft and merge do
@@ -53,7 +49,8 @@ def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
     assert [c[2] for c in fake_pipelines] == ["eval", "sft", "eval-2", "merge", "eval-3"]
     on_disk = json.loads((root / "summary.json").read_text())
     assert on_disk["recipe"] == "r" and on_disk["device"] == "cpu"
-    assert [(s["step"], s["ok"]) for s in on_disk["steps"]] == [(k, True) for k in ["eval", "sft", "eval", "merge", "eval"]]
+    kinds = ["eval", "sft", "eval", "merge", "eval"]
+    assert [(s["step"], s["ok"]) for s in on_disk["steps"]] == [(k, True) for k in kinds]
     manifest = read_manifest(root / "sft")
     assert manifest["kind"] == "sft" and manifest["input"] == "toy" and manifest["artifact"] == "adapter"
     assert manifest["config"]["dataset"] == "d.jsonl" and manifest["dtype"] == "float32"
@@ -91,18 +88,55 @@ def test_rerun_replaces_owned_outputs_but_refuses_user_outputs(tmp_path, fake_pi
 
 
 def test_api_key_is_redacted_in_manifest(tmp_path, monkeypatch):
-    mod = types.ModuleType("fake_serve")
-    mod.PRODUCES_MODEL = False
-    mod.run = lambda cfg, ctx: {}
-    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: mod)
+    from swiftbox.steps import ServeStep
+
+    fake = declare("serve", ServeStep, produces_model=False, run=lambda cfg, ctx: StepResult())
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: fake)
     run_recipe(recipe({"serve": {"api_key": "sk-secret", "smoke": True}}), runs_root=tmp_path)
     text = (tmp_path / "r" / "serve" / MANIFEST).read_text()
     assert "sk-secret" not in text and "***" in text
 
 
-def test_unbuilt_pipeline_fails_plainly(tmp_path, monkeypatch):
-    from swiftbox import pipelines
+def test_a_refusal_leaves_nothing_on_disk(tmp_path, monkeypatch):
+    """check() runs before the output directory exists: a refused step leaves no <out>.partial behind."""
+    from swiftbox.steps import SftStep
 
-    monkeypatch.setitem(sys.modules, "swiftbox.pipelines.chat", None)  # import of it fails like a missing module
-    with pytest.raises((NotBuilt, ImportError)):
-        pipelines.load_pipeline("chat")
+    def check(cfg, platform):
+        raise Unsupported("qlora-bnb is not available here; use lora instead")
+
+    def run(cfg, ctx):
+        raise AssertionError("run must not be reached")
+
+    fake = declare("sft", SftStep, produces_model=True, check=check, run=run)
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: fake)
+    with pytest.raises(Unsupported):
+        run_recipe(recipe({"sft": {"dataset": "d"}}), runs_root=tmp_path)
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]
+
+
+def test_a_run_that_returns_no_step_result_fails_the_step(tmp_path, monkeypatch):
+    from swiftbox.errors import SwiftboxError
+    from swiftbox.steps import EvalStep
+
+    fake = declare("eval", EvalStep, produces_model=False, run=lambda cfg, ctx: {"accuracy": 1.0})
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: fake)
+    with pytest.raises(SwiftboxError, match="not a StepResult"):
+        run_recipe(recipe({"eval": {}}), runs_root=tmp_path)
+    assert not (tmp_path / "r" / "eval").exists()
+
+
+@pytest.mark.parametrize("kind", list(STEP_TYPES))
+def test_every_step_kind_has_its_pipeline(kind):
+    """The registry is the step schemas: each kind's module declares PIPELINE with that schema."""
+    pipeline = load_pipeline(kind)
+    assert pipeline.kind == kind and pipeline.schema is STEP_TYPES[kind]
+    assert pipeline.produces_model == (kind in ("download", "sft", "dpo", "merge", "quantize"))
+
+
+def test_qlora_is_refused_before_the_output_exists(tmp_path):
+    """The real sft check on a platform without bitsandbytes' 4-bit (simulated NPU): exit 3, nothing on disk."""
+    from swiftbox.device import NpuPlatform
+
+    pipeline = load_pipeline("sft")
+    with pytest.raises(Unsupported, match="lora"):
+        pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform())

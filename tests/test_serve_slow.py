@@ -29,7 +29,7 @@ def _requests(n: int, seed: int = 0) -> list[tuple[str, dict]]:
     rng = random.Random(seed)
     msg = [{"role": "user", "content": "Is 5 odd?"}]
     kinds = []
-    for i in range(n):
+    for _ in range(n):
         roll = rng.random()
         model = rng.choice(["toy", "alpha"])
         if roll < 0.15:

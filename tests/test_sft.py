@@ -90,7 +90,8 @@ def test_dora_and_full_fine_tuning(tmp_path):
 
     entry = sft(tmp_path, name="full", method="full", max_steps=2)
     out = tmp_path / "full" / "sft"
-    assert read_manifest(out)["artifact"] == "model" and entry["metrics"]["trainable_params"] == entry["metrics"]["total_params"]
+    assert read_manifest(out)["artifact"] == "model"
+    assert entry["metrics"]["trainable_params"] == entry["metrics"]["total_params"]
     from swiftbox.modeling.toy import toy_path
 
     before = load_file(toy_path(0) / "model.safetensors")

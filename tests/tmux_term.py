@@ -35,7 +35,7 @@ class Tmux:
             raise RuntimeError(f"tmux {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
 
-    def __enter__(self) -> "Tmux":
+    def __enter__(self) -> Tmux:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         # the shell stays after the menu exits so the exit status and the last screen can be read
         script = (f"cd {shlex.quote(str(self.cwd))} && {('export ' + exports + ' && ') if exports else ''}"

@@ -15,7 +15,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from menus.builtins import is_built  # noqa: E402
 from tests.tmux_term import Tmux  # noqa: E402
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -60,7 +59,8 @@ def _colours(text, offset: int):
         if span.start <= offset < span.end:
             style += span.style if isinstance(span.style, Style) else Style.parse(str(span.style))
     fg = tuple(style.color.get_truecolor(MONOKAI)) if style.color and not style.color.is_default else None
-    bg = tuple(style.bgcolor.get_truecolor(MONOKAI, foreground=False)) if style.bgcolor and not style.bgcolor.is_default else None
+    has_bg = style.bgcolor and not style.bgcolor.is_default
+    bg = tuple(style.bgcolor.get_truecolor(MONOKAI, foreground=False)) if has_bg else None
     if style.reverse:
         fg, bg = bg or BG, fg or FG
     return (tuple(fg) if fg else None), (tuple(bg) if bg else None), bool(style.bold)
@@ -90,20 +90,19 @@ def main() -> None:
             print("wrote", HERE / "menu-flow.png")
             term.keys("Up", "Enter")
             term.keys("C-c")
-        if is_built("sft"):  # the fine-tune questions (nothing is run): model -> dataset -> method
-            with Tmux(launch, cwd=ROOT, width=100, height=34) as term:
-                term.wait_for("What would you like to do?", timeout=30)
-                term.wait_for("GiB", timeout=60)
-                term.type("Fine")
-                term.keys("Enter")
-                term.wait_for("Model to fine-tune")
-                term.keys("Down", "Enter")           # the first registry preset
-                term.wait_for("Dataset:")
-                term.keys("Enter")
-                term.wait_for("Method:")
-                ansi_to_png(term.screen(ansi=True), HERE / "menu-sft-method.png")
-                print("wrote", HERE / "menu-sft-method.png")
-                term.keys("C-c", "C-c")
+        with Tmux(launch, cwd=ROOT, width=100, height=34) as term:  # the fine-tune questions (nothing is run)
+            term.wait_for("What would you like to do?", timeout=30)
+            term.wait_for("GiB", timeout=60)
+            term.type("Fine")
+            term.keys("Enter")
+            term.wait_for("Model to fine-tune")
+            term.keys("Down", "Enter")           # the first registry preset
+            term.wait_for("Dataset:")
+            term.keys("Enter")
+            term.wait_for("Method:")
+            ansi_to_png(term.screen(ansi=True), HERE / "menu-sft-method.png")
+            print("wrote", HERE / "menu-sft-method.png")
+            term.keys("C-c", "C-c")
 
 
 if __name__ == "__main__":

@@ -29,14 +29,16 @@ def main() -> None:
     train, dpo, held_out = pool[:400], pool[400:700], pool[700:800]
     with open(HERE / "parity_sft.jsonl", "w") as fh:
         for _, q, a in rows(train, rng):
-            fh.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+            fh.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                              {"role": "assistant", "content": a}]}) + "\n")
     with open(HERE / "parity_dpo.jsonl", "w") as fh:
         for _, q, a in rows(dpo, rng):
             wrong = "no" if a == "yes" else "yes"
             fh.write(json.dumps({"prompt": q, "chosen": a, "rejected": wrong}) + "\n")
     with open(HERE / "parity_eval.jsonl", "w") as fh:
         for _, q, a in rows(held_out, rng):
-            fh.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+            fh.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                              {"role": "assistant", "content": a}]}) + "\n")
 
 
 if __name__ == "__main__":

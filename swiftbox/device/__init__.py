@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from typing import Callable, Literal, get_args
 
-from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal, normalise_devices
+from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
 from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
+from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.npu import NpuPlatform, npu_import_error
 from swiftbox.errors import Unsupported, UserError
 
 PLATFORMS: dict[str, type[Platform]] = {"npu": NpuPlatform, "cuda": CudaPlatform, "cpu": CpuPlatform}
 DETECTION_ORDER = ("npu", "cuda", "cpu")
-DEVICE_CHOICES = ("auto", *DETECTION_ORDER)
+DeviceChoice = Literal["auto", "npu", "cuda", "cpu"]
+DEVICE_CHOICES: tuple[str, ...] = get_args(DeviceChoice)   # "auto", then DETECTION_ORDER
 
 _current: Platform | None = None
 
@@ -60,7 +62,7 @@ def resolve_platform(requested: str | None = None, detectors: dict[str, Callable
     return PLATFORMS[requested]()
 
 
-def _npu_installed_but_broken(detectors) -> bool:
+def _npu_installed_but_broken(detectors: dict[str, Callable[[], bool]] | None) -> bool:
     return detectors is None and npu_import_error() is not None
 
 
@@ -73,12 +75,19 @@ def current_platform(requested: str | None = None) -> Platform:
     return _current
 
 
+def broken_backends() -> dict[str, str]:
+    """Backends whose runtime is installed but fails to import, with the error (for doctor)."""
+    error = npu_import_error()
+    return {"npu": error} if error else {}
+
+
 def _reset_for_tests() -> None:
     global _current
     _current = None
 
 
 __all__ = [
-    "FEATURES", "DEVICE_CHOICES", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
-    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "normalise_devices",
+    "FEATURES", "DEVICE_CHOICES", "DeviceChoice", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
+    "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
+    "parse_devices",
 ]

@@ -5,10 +5,10 @@ Nothing here imports torch at module import time; methods import it when they ar
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.errors import Unsupported
 
 # feature -> the python package that must be importable for it (besides the platform's own support)
@@ -63,7 +63,7 @@ class Platform:
     def device_name(self, index: int = 0) -> str:
         return self.name
 
-    def torch_device(self, index: int = 0):
+    def torch_device(self, index: int = 0) -> Any:
         import torch
 
         return torch.device(self.device_type, index) if self.device_type != "cpu" else torch.device("cpu")
@@ -136,7 +136,8 @@ class Platform:
     def require(self, feature: str) -> None:
         refusal = self.why_not(feature)
         if refusal is not None:
-            raise Unsupported(f"{feature} is not available on {self.name}: {refusal.why}; use {refusal.instead} instead")
+            raise Unsupported(f"{feature} is not available on {self.name}: {refusal.why}; use {refusal.instead} "
+                              "instead")
 
     def capability_matrix(self) -> dict[str, str]:
         out = {}
@@ -146,14 +147,15 @@ class Platform:
         return out
 
     # -- child processes -------------------------------------------------------------------
-    def env_for(self, devices: str | list[int] | int | None = None) -> dict[str, str]:
+    def env_for(self, devices: Devices | list[int] | int | str | None = None) -> dict[str, str]:
         """Environment for a child process (torchrun worker, vLLM server) that must use `devices`.
 
         The platform decision travels through SWIFTBOX_DEVICE so children never re-guess it.
         """
         env = dict(self.default_env)
         env["SWIFTBOX_DEVICE"] = self.name
-        ids = normalise_devices(devices)
+        parsed = parse_devices(devices)
+        ids = parsed.resolve() if parsed is not None else None
         if ids is not None and self.visible_devices_env:
             env[self.visible_devices_env] = ",".join(str(i) for i in ids)
         return env
@@ -165,21 +167,6 @@ class Platform:
         return {}
 
 
-def normalise_devices(devices: str | list[int] | int | None) -> list[int] | None:
-    """'0,1' / [0, 1] / 2 (a count) -> [0, 1]; None/'auto' -> None."""
-    if devices is None or devices == "auto" or devices == "":
-        return None
-    if isinstance(devices, int):
-        return list(range(devices))
-    if isinstance(devices, str):
-        parts = [p.strip() for p in devices.split(",") if p.strip()]
-        if len(parts) == 1 and parts[0].isdigit() and "," not in devices:
-            # a single number is a device id when given as a string list element, a count otherwise
-            return [int(parts[0])]
-        return [int(p) for p in parts]
-    return [int(d) for d in devices]
-
-
 def _importable(pkg: str) -> bool:
     try:
         return importlib.util.find_spec(pkg) is not None
@@ -187,6 +174,3 @@ def _importable(pkg: str) -> bool:
         return False
 
 
-def env_flag(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value.strip() if value and value.strip() else None

@@ -14,7 +14,8 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     default_env = {}
     refusals = {
-        "vllm": Refusal("vLLM needs a CUDA GPU or an Ascend NPU (vllm-ascend)", "the built-in engine (engine: builtin)"),
+        "vllm": Refusal("vLLM needs a CUDA GPU or an Ascend NPU "
+                        "(vllm-ascend)", "the built-in engine (engine: builtin)"),
         "flash-attn": Refusal("flash-attn is a CUDA kernel library", "attn_implementation sdpa (the default)"),
         "deepspeed": Refusal("DeepSpeed ZeRO targets accelerators", "torchrun with gloo DDP (devices: N)"),
         "fp16": Refusal("fp16 matmuls on CPU are slow and unstable for training", "float32 or bfloat16"),

@@ -3,24 +3,16 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import metadata
+
+from swiftbox.device.base import Platform
+from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
              "vllm", "vllm_ascend", "deepspeed", "modelscope", "huggingface_hub", "fastapi", "uvicorn")
 
 
-def _version(pkg: str) -> str:
-    for name in (pkg, pkg.replace("_", "-")):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
-
-
 def collect(device: str | None = None) -> dict:
-    from swiftbox.device import current_platform, detect
-    from swiftbox.device.npu import npu_import_error
+    from swiftbox.device import broken_backends, current_platform, detect
 
     platform = current_platform(device)
     count = platform.device_count()
@@ -38,13 +30,21 @@ def collect(device: str | None = None) -> dict:
         "dtype": platform.default_dtype(),
         "dist_backend": platform.dist_backend,
         "capabilities": platform.capability_matrix(),
-        "versions": {lib: _version(lib) for lib in LIBRARIES},
+        "versions": {lib: package_version(lib) or "not installed" for lib in LIBRARIES},
+        "runtime": _safe_versions(platform),
         "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
-    if npu_import_error():
-        info["torch_npu_error"] = npu_import_error()
+    if "npu" in broken_backends():
+        info["torch_npu_error"] = broken_backends()["npu"]
     return info
+
+
+def _safe_versions(platform: Platform) -> dict[str, str]:
+    try:
+        return platform.versions()
+    except Exception as exc:  # a half-installed runtime must not break the report about it
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def doctor(as_json: bool = False, device: str | None = None) -> int:
@@ -71,7 +71,7 @@ def doctor(as_json: bool = False, device: str | None = None) -> int:
     libs = Table(title="libraries")
     libs.add_column("package")
     libs.add_column("version")
-    for lib, version in info["versions"].items():
+    for lib, version in {**info["versions"], **info["runtime"]}.items():
         libs.add_row(lib, version)
     console.print(libs)
     for key, value in info["env"].items():

@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
 
 _IMPORT_ERROR: str | None = None
 
 
-def _torch_npu():
+def _torch_npu() -> Any:
     """Import torch_npu, or return None (never raises). Records why an installed one failed."""
     global _IMPORT_ERROR
     try:
@@ -61,7 +62,8 @@ class NpuPlatform(Platform):
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",
             "method lora (or dora) in bf16/fp16",
         ),
-        "bnb": Refusal("bitsandbytes has no released Ascend backend", "a bf16/fp16 model, or a GPTQ export made on CPU/CUDA"),
+        "bnb": Refusal("bitsandbytes has no released Ascend backend", "a bf16/fp16 model, or a GPTQ export made on "
+                                                                      "CPU/CUDA"),
         "gptq": Refusal(
             "gptqmodel has no Ascend kernels",
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",

@@ -290,7 +290,8 @@ class HuggingFaceHub(Hub):
             return Path(override).expanduser()
         if os.environ.get("HF_HUB_CACHE"):
             return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-        home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        home = os.environ.get("HF_HOME") or cache / "huggingface"
         return Path(home).expanduser() / "hub"
 
     def hints(self) -> str:
@@ -300,8 +301,12 @@ class HuggingFaceHub(Hub):
     def probe(self, repo_id: str, revision: Optional[str]) -> Listing:
         import httpx2
         from huggingface_hub import HfApi
-        from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                            RevisionNotFoundError)
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
 
         endpoint = self.endpoint()
         api = HfApi(endpoint=endpoint)

@@ -181,30 +181,31 @@ def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str]
     cache = hub.cache_dir(cache_dir)
     record_file = _record_file(cache, hub_key, repo_id, rev)
     record = _read_record(record_file)
-    usable = record is not None and _intact(record)
-    if usable and (not refresh or _offline(hub_key)):
-        return _snapshot_from_record(record, offline=_offline(hub_key))
+    usable = record if record is not None and _intact(record) else None   # an intact earlier download
+    if usable is not None and (not refresh or _offline(hub_key)):
+        return _snapshot_from_record(usable, offline=_offline(hub_key))
     if _offline(hub_key):
         raise UserError(f"offline mode (SWIFTBOX_OFFLINE / HF_HUB_OFFLINE) and {hub.label} model {repo_id}@{rev} is "
                         f"not in the cache {cache}; download it once with a network, or pass a local directory")
     try:
         listing = hub.probe(repo_id, revision)
     except (HubUnreachable, HubNoAnswer) as exc:
-        if not usable:
+        if usable is None:
             raise
-        print(f"swiftbox: {str(exc).split(';')[0]}; using the copy downloaded {record.get('downloaded', '')}",
+        print(f"swiftbox: {str(exc).split(';')[0]}; using the copy downloaded {usable.get('downloaded', '')}",
               file=sys.stderr)
-        return _snapshot_from_record(record, offline=True)
+        return _snapshot_from_record(usable, offline=True)
     allow, ignore = patterns(include, exclude, allow_pickle)
     chosen = select(listing.files, allow, ignore)
     _check_selection(listing, chosen, allow_pickle)
     wanted = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in chosen]
-    if usable and _unchanged(record, listing.commit, wanted):  # cache hit: no transfer, no hashing
-        snap = _snapshot_from_record(record, offline=False)
+    if usable is not None and _unchanged(usable, listing.commit, wanted):  # cache hit: no transfer, no hashing
+        snap = _snapshot_from_record(usable, offline=False)
         snap.files = wanted
         return snap
     path = hub.snapshot(listing, allow=allow, ignore=ignore, cache_dir=cache)
-    previously = {(e["path"], e.get("size"), e.get("sha256"), e.get("mtime_ns")) for e in (record or {}).get("files", [])}
+    previously = {(e["path"], e.get("size"), e.get("sha256"), e.get("mtime_ns"))
+                  for e in (record or {}).get("files", [])}
     for entry in wanted:
         _verify(hub, repo_id, path / entry["path"], entry, previously, sha256_file)
     snap = Snapshot(path, hub_key, repo_id, rev, listing.commit, listing.endpoint, wanted)

@@ -13,8 +13,7 @@ from typing import Optional
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.errors import UserError
 from swiftbox.hub.resolve import resolve_model
-
-TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+from swiftbox.steps import DTYPE_NAMES
 
 
 @dataclass
@@ -71,9 +70,9 @@ def resolve_spec(ref: str, base: Optional[str] = None, *, revision: Optional[str
 def torch_dtype(name: str):
     import torch
 
-    if name not in TORCH_DTYPES:
-        raise UserError(f"dtype: expected one of {', '.join(TORCH_DTYPES)}, got {name!r}")
-    return getattr(torch, TORCH_DTYPES[name])
+    if name not in DTYPE_NAMES:
+        raise UserError(f"dtype: expected one of {', '.join(DTYPE_NAMES)}, got {name!r}")
+    return getattr(torch, name)
 
 
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
@@ -105,17 +104,23 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
         model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
-    if spec.adapters:
-        from peft import PeftModel
-
-        # adapters stack in order: all but the last are merged in, the last stays attached
-        # (unless merge_adapters), so outputs equal base+adapter1+...+adapterN.
-        for i, adapter in enumerate(spec.adapters):
-            name = (adapter_names or [])[i] if adapter_names and i < len(adapter_names) else "default"
-            model = PeftModel.from_pretrained(model, str(adapter), adapter_name=name)
-            if merge_adapters or i < len(spec.adapters) - 1:
-                model = model.merge_and_unload()
+    model = apply_adapters(model, spec.adapters, merge_all=merge_adapters, names=adapter_names)
     model.eval()
+    return model
+
+
+def apply_adapters(model, adapters: list[Path], *, merge_all: bool = False, trainable: bool = False,
+                   names: Optional[list[str]] = None):
+    """The one adapter-chain rule: adapters stack in order, all but the last merged in, the last left attached
+    (trainable when asked) unless `merge_all` - so outputs equal base+adapter1+...+adapterN."""
+    from peft import PeftModel
+
+    for i, adapter in enumerate(adapters):
+        last = i == len(adapters) - 1
+        name = names[i] if names and i < len(names) else "default"
+        model = PeftModel.from_pretrained(model, str(adapter), adapter_name=name, is_trainable=trainable and last)
+        if merge_all or not last:
+            model = model.merge_and_unload()
     return model
 
 
@@ -138,10 +143,11 @@ def gptq_dtype(platform, dtype: str) -> str:
 
 def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):
     """A GPTQ export as a plain transformers model, loaded by gptqmodel (used where optimum is absent)."""
-    import os
 
     platform.require("gptq")
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes on <=2 cores without it
+    from swiftbox.compat import gptqmodel_env
+
+    gptqmodel_env()
     from gptqmodel import GPTQModel
 
     wrapped = GPTQModel.load(str(path), device=platform.torch_device(0), dtype=torch_dtype(dtype),

@@ -51,9 +51,10 @@ _LLAMA3 = "Llama 3 headers (<|start_header_id|>role<|end_header_id|> ... <|eot_i
 _R1 = "DeepSeek-R1 (<｜User｜>/<｜Assistant｜>), answers start with <think>; keep the system prompt empty"
 
 PRESETS: tuple[Preset, ...] = (
-    Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49, _CHATML,
-           notes="smallest real model; good for a first run on CPU"),
-    Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54, _CHATML),
+    Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49,
+           _CHATML, notes="smallest real model; good for a first run on CPU"),
+    Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54,
+           _CHATML),
     Preset("qwen2.5-7b-instruct", "Qwen2.5", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", 7.62, _CHATML),
     Preset("qwen3-0.6b", "Qwen3", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B", 0.6, _QWEN3),
     Preset("qwen3-4b", "Qwen3", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B", 4.02, _QWEN3),

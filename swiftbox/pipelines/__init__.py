@@ -1,31 +1,24 @@
-"""One module per step kind. Each module exposes:
+"""One module per step kind, found by name: the step kinds are the schemas in `swiftbox.steps.STEP_TYPES`,
+and `swiftbox/pipelines/<kind>.py` declares `PIPELINE` (see swiftbox.pipelines.base for the contract).
 
-    PRODUCES_MODEL: bool      # does its output become the next step's input model?
-    def run(cfg, ctx) -> StepResult | dict   # cfg: the step's typed config, ctx: swiftbox.runner.StepContext
-
-Modules import torch and friends inside `run`, never at import time, so `--help` stays fast.
+Modules import torch and friends inside their functions, never at import time, so `--help` stays fast.
 """
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-from swiftbox.errors import NotBuilt
-
-ISSUE_FOR = {
-    "sft": "fine-tuning", "dpo": "fine-tuning", "eval": "fine-tuning", "merge": "export", "quantize": "export",
-    "serve": "serving", "chat": "serving", "download": "model download",
-}
+from swiftbox.pipelines.base import Declared, Pipeline
+from swiftbox.steps import STEP_TYPES
 
 
-def load_pipeline(kind: str):
-    name = f"swiftbox.pipelines.{kind}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == name or name.startswith(exc.name + ".")):
-            raise NotBuilt(f"step '{kind}' is not implemented yet (the {ISSUE_FOR.get(kind, kind)} pipeline has "
-                           f"not landed); no output was written") from None
-        raise
-    if not hasattr(module, "run"):
-        raise NotBuilt(f"step '{kind}' is not implemented yet; no output was written")
-    return module
+def load_pipeline(kind: str) -> Pipeline[Any]:
+    """The Pipeline for a step kind (a key of STEP_TYPES)."""
+    if kind not in STEP_TYPES:
+        raise KeyError(f"unknown step kind {kind!r}; expected one of {', '.join(STEP_TYPES)}")
+    module = importlib.import_module(f"swiftbox.pipelines.{kind}")
+    pipeline = getattr(module, "PIPELINE", None)
+    if not isinstance(pipeline, Declared) or pipeline.kind != kind or pipeline.schema is not STEP_TYPES[kind]:
+        raise TypeError(f"swiftbox/pipelines/{kind}.py must end with PIPELINE = declare({kind!r}, "
+                        f"{STEP_TYPES[kind].__name__}, ...)")
+    return pipeline

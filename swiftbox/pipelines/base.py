@@ -1,12 +1,31 @@
-"""The pipeline contract: what a step gets (StepContext) and what it returns (StepResult)."""
+"""The pipeline contract: what a step gets (StepContext), what it returns (StepResult) and what a pipeline
+module declares (Pipeline).
+
+Every `swiftbox/pipelines/<kind>.py` ends with one declaration
+
+    PIPELINE: Pipeline[SftStep] = declare("sft", SftStep, produces_model=True, check=check, run=run)
+
+where `check(cfg, platform)` refuses what this platform cannot do (exit 2/3, before any output directory
+exists) and `run(cfg, ctx) -> StepResult` does the work inside `ctx.work_dir`. The runner and the
+distributed worker call `pipeline.check(...)` and `pipeline.execute(...)`; nothing else about a pipeline
+is known above this module.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar
 
 from swiftbox.artifacts import read_manifest
 from swiftbox.device import Platform
+from swiftbox.errors import SwiftboxError
+
+if TYPE_CHECKING:
+    from swiftbox.device.devices import Devices
+    from swiftbox.steps import StepBase
+
+C = TypeVar("C", bound="StepBase")
+C_contra = TypeVar("C_contra", bound="StepBase", contravariant=True)
 
 
 @dataclass
@@ -20,21 +39,17 @@ class StepContext:
     recipe: str
     kind: str
     index: int
-    input: Optional[str]          # model reference or artifact dir the step starts from
+    input: str                    # model reference or artifact dir the step starts from ("" for chat --url)
     work_dir: Path                # write everything here; it becomes `output` when the step succeeds
     output: Path
     platform: Platform
-    header_devices: Optional[Union[int, str]] = None
-
-    @property
-    def input_manifest(self) -> Optional[dict]:
-        if self.input and Path(self.input).is_dir():
-            return read_manifest(self.input)
-        return None
+    header_devices: Optional[Devices] = None   # the recipe header's devices (a step's own win)
 
     def lineage(self) -> list[dict]:
         """Manifests from the input back to the first artifact (nearest first)."""
-        out, seen, ref = [], set(), self.input
+        out: list[dict] = []
+        seen: set[str] = set()
+        ref: Optional[str] = self.input
         while ref and Path(ref).is_dir() and ref not in seen:
             seen.add(ref)
             manifest = read_manifest(ref)
@@ -46,3 +61,49 @@ class StepContext:
 
     def dtype(self, requested: Optional[str]) -> str:
         return self.platform.resolve_dtype(requested)
+
+
+class Pipeline(Protocol[C_contra]):
+    """What the runner needs from a step kind."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def produces_model(self) -> bool: ...      # does the output become the next step's input model?
+
+    @property
+    def needs_input(self) -> bool: ...         # must the step have an input model (chat with a url needs none)
+
+    def check(self, cfg: C_contra, platform: Platform) -> None: ...
+
+    def execute(self, cfg: C_contra, ctx: StepContext) -> StepResult: ...
+
+
+def no_check(cfg: Any, platform: Platform) -> None:
+    """For pipelines with nothing to refuse before their output directory exists."""
+
+
+@dataclass(frozen=True)
+class Declared(Generic[C]):
+    """The Pipeline a module declares with `declare(...)`: its module-level check/run, typed by its schema."""
+
+    kind: str
+    schema: type[C]
+    produces_model: bool
+    run: Callable[[C, StepContext], StepResult]
+    check: Callable[[C, Platform], None] = no_check
+    needs_input: bool = True
+
+    def execute(self, cfg: C, ctx: StepContext) -> StepResult:
+        """Run the step; the one place a result is checked (the runner and the distributed worker use it)."""
+        result = self.run(cfg, ctx)
+        if not isinstance(result, StepResult):
+            raise SwiftboxError(f"pipeline {self.kind}: run() returned {type(result).__name__}, not a StepResult")
+        return result
+
+
+def declare(kind: str, schema: type[C], *, produces_model: bool, run: Callable[[C, StepContext], StepResult],
+            check: Callable[[C, Platform], None] = no_check, needs_input: bool = True) -> Declared[C]:
+    return Declared(kind=kind, schema=schema, produces_model=produces_model, run=run, check=check,
+                    needs_input=needs_input)

@@ -15,12 +15,11 @@ import sys
 import time
 
 from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import ChatStep
 
-PRODUCES_MODEL = False
 
-
-def run(cfg, ctx):
-    from swiftbox.pipelines.base import StepResult
+def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
 
     if cfg.url:
         key = cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or "unused"
@@ -110,3 +109,6 @@ def _ask(client, model: str, messages: list, cfg, *, echo: bool, prefix: str = "
     if echo:
         print(flush=True)
     return "".join(parts), (ttft if ttft is not None else time.perf_counter() - started)
+
+
+PIPELINE = declare("chat", ChatStep, produces_model=False, needs_input=False, run=run)

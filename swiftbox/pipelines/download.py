@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from swiftbox.errors import UserError
 from swiftbox.hub.snapshot import _local_files, _top_files, download_snapshot, link_files
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import DownloadStep
 
-PRODUCES_MODEL = True
 
-def run(cfg, ctx):
+def run(cfg: DownloadStep, ctx: StepContext) -> StepResult:
     from swiftbox.hub.resolve import is_local_ref, resolve_model
-    from swiftbox.pipelines.base import StepResult
 
     ref, work = ctx.input, Path(ctx.work_dir)
+    info: dict[str, Any]
+    entries: list[dict[str, Any]]
     is_toy = ref == "toy" or ref.startswith("toy:")
     if is_toy or (cfg.source in ("auto", "local") and is_local_ref(ref)):
         src = resolve_model(ref)
@@ -33,3 +36,6 @@ def run(cfg, ctx):
     size = sum(e["size"] or 0 for e in entries)
     return StepResult(metrics={"size_bytes": size, "files": len(entries), "cache_hit": cache_hit},
                       info={"artifact": "model", **info, "link": used, "files": entries})
+
+
+PIPELINE = declare("download", DownloadStep, produces_model=True, run=run)

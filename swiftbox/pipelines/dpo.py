@@ -13,28 +13,39 @@ from __future__ import annotations
 import copy
 import time
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import DpoStep
+from swiftbox.training.model import check_training
 
-PRODUCES_MODEL = True
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
               "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
 
 
-def run(cfg, ctx):
-    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
-    from swiftbox.training.model import require_method
+def check(cfg: DpoStep, platform: Platform) -> None:
+    loss_types(cfg)
+    if cfg.ref_adapter and cfg.method == "full":
+        raise UserError("dpo.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not full")
+    check_training(cfg, platform)
 
-    require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)
+
+def loss_types(cfg: DpoStep) -> list[str]:
+    types = [t.strip() for t in cfg.loss_type.split(",") if t.strip()]
+    unknown = [t for t in types if t not in LOSS_TYPES]
+    if unknown or not types:
+        raise UserError(f"dpo.loss_type: unknown {', '.join(unknown) or 'empty value'}; "
+                        f"expected one of {', '.join(LOSS_TYPES)}")
+    return types
+
+
+def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
+    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
+
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
     dtype = ctx.dtype(cfg.dtype)
-    loss_types = [t.strip() for t in cfg.loss_type.split(",") if t.strip()]
-    unknown = [t for t in loss_types if t not in LOSS_TYPES]
-    if unknown or not loss_types:
-        raise UserError(f"dpo.loss_type: unknown {', '.join(unknown) or 'empty value'}; expected one of {', '.join(LOSS_TYPES)}")
-    if cfg.ref_adapter and cfg.method == "full":
-        raise UserError("dpo.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not full")
 
     from swiftbox import data
 
@@ -55,13 +66,14 @@ def run(cfg, ctx):
         log(f"dpo: dropped {dropped} pair(s) whose chosen/rejected answer keeps no token within max_length "
              f"{cfg.max_length}")
     if not pairs:
-        raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length {cfg.max_length}")
+        raise UserError(f"dataset {cfg.dataset}: every pair truncates to an empty answer at max_length "
+                        f"{cfg.max_length}")
 
     ref_model = None
     if cfg.method == "full":
         ref_model = copy.deepcopy(tm.model).eval().requires_grad_(False)
     ckpt_dir = ctx.work_dir / "checkpoints"
-    args = DPOConfig(**common_args(cfg, ctx, dtype, ckpt_dir), beta=cfg.beta, loss_type=loss_types,
+    args = DPOConfig(**common_args(cfg, ctx, dtype, ckpt_dir), beta=cfg.beta, loss_type=loss_types(cfg),
                      max_length=cfg.max_length)
     trainer = DPOTrainer(model=tm.model, ref_model=ref_model, args=args, processing_class=tm.tokenizer,
                          train_dataset=Dataset.from_list(pairs),
@@ -115,3 +127,6 @@ def use_reference_adapter(model, ref_adapter, continued) -> str:
     if "ref" in model.peft_config:
         return f"frozen copy of the adapter {continued}" if continued else "the base model (fresh adapter)"
     return "the base model (adapters disabled)"
+
+
+PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run)

@@ -14,20 +14,25 @@ import json
 import math
 import string
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import EvalStep
 
-PRODUCES_MODEL = False
 MAX_CHOICES = 8          # distinct references at or below this count get a choice_accuracy
 PPL_WINDOW = 1024
 
 
-def run(cfg, ctx):
+def check(cfg: EvalStep, platform: Platform) -> None:
+    if not cfg.dataset and not cfg.perplexity:
+        raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or "
+                        "perplexity: (text)")
+
+
+def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
     from swiftbox import data
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-    from swiftbox.pipelines.base import StepResult
 
-    if not cfg.dataset and not cfg.perplexity:
-        raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or perplexity: (text)")
     pairs = data.load_eval(cfg.dataset, cfg.limit) if cfg.dataset else []
     texts = data.load_texts(cfg.perplexity) if cfg.perplexity else []
     if cfg.limit:
@@ -99,7 +104,8 @@ def choose(model, tokenizer, prompts: list[list[dict]], choices: list[str], batc
     for i, prompt in enumerate(prompts):
         head = len(_ids(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)))
         for j, choice in enumerate(choices):
-            ids = _ids(tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": choice}], tokenize=True))
+            answered = prompt + [{"role": "assistant", "content": choice}]
+            ids = _ids(tokenizer.apply_chat_template(answered, tokenize=True))
             rows.append((i, j, ids, len(ids) - head))
     scores = [[-math.inf] * len(choices) for _ in prompts]
     for k in range(0, len(rows), batch_size):
@@ -149,3 +155,6 @@ def perplexity(model, tokenizer, texts: list[str]) -> float:
 
 def _ids(enc) -> list[int]:
     return list(enc["input_ids"]) if hasattr(enc, "keys") else list(enc)
+
+
+PIPELINE = declare("eval", EvalStep, produces_model=False, check=check, run=run)

@@ -13,20 +13,23 @@ import gc
 import math
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
-from swiftbox.errors import NotBuilt, SwiftboxError, UserError
+from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import MergeStep
 
-PRODUCES_MODEL = True
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 
 
 def adapter_chain(refs: list[str], base: str | None):
     """(ModelSpec, adapter paths in merge order) for `refs`; refusals for anything that cannot merge."""
     from swiftbox.hub.resolve import resolve_model
-    from swiftbox.modeling.loading import adapter_base_ref, resolve_spec
+    from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, resolve_spec
 
-    spec, adapters = None, []
+    spec: Optional[ModelSpec] = None
+    adapters: list[Path] = []
     for ref in refs:
         path = resolve_model(ref)
         if not is_adapter_dir(path):
@@ -37,9 +40,10 @@ def adapter_chain(refs: list[str], base: str | None):
         base_ref = base or adapter_base_ref(path)
         try:
             resolve_model(base_ref)
-        except (UserError, NotBuilt) as exc:
+        except UserError as exc:
             raise UserError(f"merge: the base model of adapter {ref}, {base_ref!r}, cannot be found "
-                            f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained on") from None
+                            f"({' '.join(str(exc).split())}); pass base: (--base) with the model it was trained "
+                            "on") from None
         this = resolve_spec(str(path), base=base)
         if spec is None:
             spec = this
@@ -47,6 +51,8 @@ def adapter_chain(refs: list[str], base: str | None):
             raise UserError(f"merge: adapter {ref} was trained on {this.base_ref}, but {refs[0]} on {spec.base_ref}; "
                             "adapters merged together must share one base")
         adapters += [a for a in this.adapters if a.resolve() not in {x.resolve() for x in adapters}]
+    if spec is None:
+        raise UserError("merge: no adapter to merge; pass adapters: [...] / --adapters")
     if spec.quantized:
         raise UserError(f"merge: the base model {spec.base_ref} is already {spec.quantized}-quantized; merging into "
                         "quantized weights cannot keep the adapter's outputs - pass the un-quantized base with "
@@ -75,7 +81,7 @@ def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
     return ctx.dtype("auto")
 
 
-def run(cfg, ctx):
+def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     started = time.time()
     refs = list(cfg.adapters or [ctx.input])
     spec, adapters = adapter_chain(refs, cfg.base)  # refusals come before anything heavy is imported
@@ -84,7 +90,6 @@ def run(cfg, ctx):
 
     from swiftbox import parity as P
     from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer
-    from swiftbox.pipelines.base import StepResult
 
     dtype = merge_dtype(cfg, ctx, adapters)
     tolerance = cfg.tolerance or TOLERANCE[dtype]
@@ -96,7 +101,8 @@ def run(cfg, ctx):
     model = load_model(ModelSpec(base=spec.base, base_ref=spec.base_ref), ctx.platform, dtype,
                        trust_remote_code=cfg.trust_remote_code)
     base_logits = P.logits_on(model, batch)
-    stages, reference = [], None
+    stages: list[dict] = []
+    reference: Any = None
     for adapter in adapters:
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
         model.eval()
@@ -125,7 +131,8 @@ def run(cfg, ctx):
     effect = P.compare(base_logits, reference, mask)
     if not worst / scale <= tolerance:  # NaN-safe: a NaN difference fails
         raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
-                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was written")
+                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was "
+                            "written")
     methods = [(read_manifest(a) or {}).get("method") or _peft_type(a) for a in adapters]
     metrics = {
         "max_abs_logit_diff": worst,
@@ -164,3 +171,6 @@ def _datasets(adapters: list[Path]) -> list[str]:
                 if isinstance(item, str) and item not in out:
                     out.append(item)
     return out
+
+
+PIPELINE = declare("merge", MergeStep, produces_model=True, run=run)

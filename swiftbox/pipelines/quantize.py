@@ -8,19 +8,20 @@ transformers loads it when `optimum` is installed, gptqmodel loads it always (se
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import time
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.compat import gptqmodel_env, gptqmodel_log_dir
+from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import QuantizeStep
 
-PRODUCES_MODEL = True
 BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 MAX_HELD_OUT = 32
@@ -34,11 +35,13 @@ def check_input(ref: str):
     path = resolve_model(ref)
     if is_adapter_dir(path):
         raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
-                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize {Path(str(ref)).name}-merged "
+                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
+                        f"{Path(str(ref)).name}-merged "
                         "(in a recipe: put a merge: {} step before quantize)")
     spec = resolve_spec(str(path))
     if spec.quantized:
-        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source instead")
+        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
+                        "instead")
     return spec
 
 
@@ -47,13 +50,15 @@ def calibration_files(cfg, ctx) -> tuple[list[Path], str]:
     if cfg.dataset:
         path = _data_path(cfg.dataset)
         if not path.is_file():
-            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt file")
+            raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt "
+                            "file")
         return [path], "dataset"
     named = lineage_datasets(ctx.lineage())
     if named:
         found = [p for p in (_data_path(n) for n in named) if p.is_file()]
         if not found:
-            raise UserError(f"quantize: missing calibration data: the training data in the lineage ({', '.join(named)}) "
+            raise UserError(f"quantize: missing calibration data: the training data in the lineage "
+                            f"({', '.join(named)}) "
                             "is not on disk; pass dataset: (--dataset) with a .jsonl/.txt file")
         return found, "lineage"
     if not BUNDLED.is_file():
@@ -89,9 +94,11 @@ def read_texts(files: list[Path], tokenizer) -> list[str]:
             texts += [line.strip() for line in raw.splitlines() if line.strip()]
             continue
         try:
-            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(l) for l in raw.splitlines() if l.strip()]
+            lines = [ln for ln in raw.splitlines() if ln.strip()]
+            rows = json.loads(raw) if file.suffix == ".json" else [json.loads(ln) for ln in lines]
         except json.JSONDecodeError as exc:
-            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+            raise UserError(f"quantize: calibration file {file} is not valid JSON ({exc.msg}, line "
+                            f"{exc.lineno})") from None
         for row in rows if isinstance(rows, list) else []:
             text = _row_text(row, tokenizer) if isinstance(row, dict) else None
             if text:
@@ -106,7 +113,8 @@ def _row_text(row: dict, tokenizer) -> str | None:
     messages = row.get("messages")
     if not isinstance(messages, list) and isinstance(row.get("conversations"), list):
         roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")} for m in row["conversations"]]
+        messages = [{"role": roles.get(m.get("from"), "user"), "content": m.get("value", "")}
+                    for m in row["conversations"]]
     if not isinstance(messages, list):
         for prompt_key, answer_key in (("prompt", "chosen"), ("instruction", "output"), ("query", "response")):
             if isinstance(row.get(prompt_key), str):
@@ -191,33 +199,28 @@ def weight_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
 
 
-@contextlib.contextmanager
-def gptq_logs_in(folder: Path):
-    """gptqmodel writes a per-layer log to ./logs/ of the current directory; keep it in the output instead."""
-    from gptqmodel.looper import loop_processor
-
-    before = loop_processor._PROJECT_LOG_DIR
-    loop_processor._PROJECT_LOG_DIR = folder
-    try:
-        yield
-    finally:
-        loop_processor._PROJECT_LOG_DIR = before
+def check(cfg: QuantizeStep, platform: Platform) -> None:
+    platform.require("gptq")
 
 
-def run(cfg, ctx):
-    ctx.platform.require("gptq")
+def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     spec = check_input(ctx.input)
     files, origin = calibration_files(cfg, ctx)
 
-    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel crashes in quantize() on <=2 cores without it
+    gptqmodel_env()
     import gc
 
     from gptqmodel import GPTQModel, QuantizeConfig
 
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import (gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype,
-                                   transformers_loads_gptq)
-    from swiftbox.pipelines.base import StepResult
+    from swiftbox.modeling.loading import (
+        gptq_dtype,
+        load_model,
+        load_tokenizer,
+        resolve_spec,
+        torch_dtype,
+        transformers_loads_gptq,
+    )
 
     started = time.time()
     dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype))
@@ -240,7 +243,7 @@ def run(cfg, ctx):
     model = GPTQModel.load(str(spec.base), qconfig, device=ctx.platform.torch_device(0), dtype=torch_dtype(dtype),
                            trust_remote_code=cfg.trust_remote_code)
     t0 = time.time()
-    with gptq_logs_in(Path(ctx.work_dir) / "logs"):
+    with gptqmodel_log_dir(Path(ctx.work_dir) / "logs"):
         model.quantize(calib, batch_size=cfg.batch_size, tokenizer=tokenizer)
     quantize_seconds = time.time() - t0
     model.save(str(ctx.work_dir), max_shard_size=cfg.max_shard_size)
@@ -277,3 +280,6 @@ def run(cfg, ctx):
         quantization["note"] = note
     return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
                                              "source_model": str(spec.base), "dtype": dtype})
+
+
+PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import time
 
+from swiftbox.compat import trl_scores_label_positions_only
 from swiftbox.errors import UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import SftStep
+from swiftbox.training.model import check_training
 
-PRODUCES_MODEL = True
 
-
-def run(cfg, ctx):
+def run(cfg: SftStep, ctx: StepContext) -> StepResult:
     from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
-    from swiftbox.training.model import require_method
 
-    require_method(cfg, ctx)          # refuse before any work or torchrun start (exit 3 names the alternative)
     relaunched = maybe_relaunch(cfg, ctx)
     if relaunched is not None:
         return relaunched
@@ -31,8 +31,8 @@ def run(cfg, ctx):
     eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed) if cfg.eval_dataset else None
 
     from swiftbox.training import callbacks, checkpoints, curves
-    from swiftbox.training.outputs import log, save_artifact, step_result
     from swiftbox.training.model import load_for_training, trainable_parameters
+    from swiftbox.training.outputs import log, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
@@ -49,7 +49,8 @@ def run(cfg, ctx):
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
-    output = trainer.train(resume_from_checkpoint=resume)
+    with trl_scores_label_positions_only():
+        output = trainer.train(resume_from_checkpoint=resume)
     seconds = time.time() - started
     state = trainer.state
 
@@ -57,7 +58,8 @@ def run(cfg, ctx):
     metrics = {"train_loss": round(float(output.training_loss), 6),
                **curves.first_last(state.log_history, "loss", "loss")}
     if evals:
-        metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
+        with trl_scores_label_positions_only():
+            metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
     metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, train_seconds=round(seconds, 2),
@@ -89,31 +91,12 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         eval_strategy="epoch" if evals else "no",
     )
-    score_only_label_positions()
     trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer,
                          train_dataset=Dataset.from_list(_with_length(train)),
                          eval_dataset=Dataset.from_list(_with_length(evals)) if evals else None,
                          callbacks=extra_callbacks)
     callbacks.quiet(trainer)
     return trainer
-
-
-def score_only_label_positions() -> None:
-    """TRL's fused LM head scores only the positions that carry a label (assistant tokens) on Triton
-    devices, and every position elsewhere (a recompilation concern of Neuron devices, not of CPU/NPU eager
-    mode). Prompt tokens make up much of chat SFT data, so score only labelled positions everywhere: same
-    loss, less LM-head work. The decision is the one module-level probe `trl.trainer.utils._use_triton`."""
-    import trl.trainer.utils as trl_utils
-
-    probe = getattr(trl_utils, "_use_triton", None)
-    if probe is None or getattr(probe, "_swiftbox", False):
-        return
-
-    def compact(device) -> bool:
-        return True
-
-    compact._swiftbox = True
-    trl_utils._use_triton = compact
 
 
 def _with_length(rows):
@@ -125,3 +108,6 @@ def _tokens_at_start(trainer) -> int:
         if hasattr(cb, "tokens_start"):
             return cb.tokens_start
     return 0
+
+
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)

@@ -6,6 +6,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -41,8 +42,8 @@ class RichProgress(TrainerCallback):
 
     def __init__(self, description: str):
         self.description = description
-        self.progress = None
-        self.task = None
+        self.progress: Any = None
+        self.task: Any = None
         self.started = 0.0
         self.tokens_start = 0
 
@@ -50,7 +51,14 @@ class RichProgress(TrainerCallback):
         if not state.is_world_process_zero:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("ETA"),

@@ -7,36 +7,37 @@ the last one is loaded trainable (so DPO after SFT trains the SFT adapter furthe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, load_tokenizer, resolve_spec, torch_dtype
+from swiftbox.modeling.loading import (
+    ModelSpec,
+    adapter_base_ref,
+    apply_adapters,
+    load_tokenizer,
+    resolve_spec,
+    torch_dtype,
+)
+from swiftbox.steps import TrainBase
+from swiftbox.training.distributed.args import check_distributed
 
 
 @dataclass
 class TrainModel:
-    model: object              # a PeftModel (lora/qlora/dora) or the plain model (full)
-    tokenizer: object
+    model: Any                 # a PeftModel (lora/qlora/dora) or the plain model (full)
+    tokenizer: Any
     spec: ModelSpec
     base_ref: str              # what the trained adapter sits on (for its manifest)
     continued: Optional[str]   # the adapter artifact training continues from, if any
 
 
-def require_method(cfg, ctx) -> None:
-    """Refuse a method this platform cannot run (QLoRA on NPU: exit 3 naming LoRA) before any work; the
-    empty work dir the runner made is removed so nothing is left behind."""
-    if cfg.method != "qlora":
-        return
-    from swiftbox.errors import Unsupported
-
-    try:
-        ctx.platform.require("qlora-bnb")
-    except Unsupported:
-        try:
-            ctx.work_dir.rmdir()
-        except OSError:
-            pass
-        raise
+def check_training(cfg: TrainBase, platform: Platform) -> None:
+    """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
+    naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""
+    if cfg.method == "qlora":
+        platform.require("qlora-bnb")
+    check_distributed(cfg, platform)
 
 
 def quantization_config(cfg, dtype: str, platform):
@@ -90,15 +91,11 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
     base_ref, continued = ref, None
     adapters = list(spec.adapters)
     if adapters:
-        from peft import PeftModel
-
-        keep_last = cfg.method != "full"
-        for adapter in adapters[:-1] if keep_last else adapters:
-            model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        keep_last = cfg.method != "full"     # full fine-tuning trains the merged weights
+        model = apply_adapters(model, adapters, merge_all=not keep_last, trainable=keep_last)
         if keep_last:
             continued = str(adapters[-1])
             base_ref = adapter_base_ref(adapters[-1])
-            model = PeftModel.from_pretrained(model, continued, is_trainable=True)
     if cfg.method != "full" and continued is None:
         from peft import get_peft_model
         from transformers import set_seed

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
-
-PRODUCES_MODEL = False
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import ServeStep
 
 
 @dataclass
@@ -175,9 +176,17 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
     return backend, names, process.stop
 
 
-def run(cfg, ctx):
+def check(cfg: ServeStep, platform: Platform) -> None:
+    check_exposure(cfg, api_key(cfg), lambda msg: None)   # the warning itself is printed by run()
+    if cfg.engine == "vllm":
+        platform.require("vllm")
+    if cfg.engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
+        raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
+                        f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
+
+
+def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
     from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.base import StepResult
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -199,3 +208,6 @@ def run(cfg, ctx):
         return StepResult(metrics={"engine": backend.name, "stopped": True}, info=info)
     finally:
         close()
+
+
+PIPELINE = declare("serve", ServeStep, produces_model=False, check=check, run=run)

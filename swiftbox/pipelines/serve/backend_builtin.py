@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Optional
+from typing import Any, Optional
 
 from swiftbox.pipelines.serve.engine_builtin import QueueFull
 from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, queue_full
@@ -124,7 +124,7 @@ class Run:
         self.id = new_id("chatcmpl" if hasattr(req, "messages") else "cmpl")
         self.created = now()
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.handles = []
+        self.handles: list[Any] = []
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
 
@@ -135,7 +135,7 @@ class Run:
             p = self.params
             if self.req.n > 1 and p.seed is not None:
                 p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
-            sink = (lambda i: lambda event: self.queue.put_nowait((i, event)))(i)
+            sink = (lambda k: lambda event: self.queue.put_nowait((k, event)))(i)
             try:
                 self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
             except QueueFull as full:
@@ -174,7 +174,8 @@ class Run:
 
     async def whole(self, chat: bool) -> dict:
         self.start()
-        texts, reasons = [""] * self.req.n, [None] * self.req.n
+        texts: list[str] = [""] * self.req.n
+        reasons: list[Optional[str]] = [None] * self.req.n
         try:
             async for i, delta, reason in self.events():
                 texts[i] += delta

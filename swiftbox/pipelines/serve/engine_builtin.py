@@ -74,7 +74,7 @@ class Sequence:
 class Handle:
     """What a request holds: cancel() frees the slot (client gone, stop string seen)."""
 
-    def __init__(self, engine: "BuiltinEngine", seq: Sequence):
+    def __init__(self, engine: BuiltinEngine, seq: Sequence):
         self._engine, self.seq = engine, seq
 
     def cancel(self) -> None:
@@ -105,8 +105,8 @@ class BuiltinEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ids or {0})
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._active: list[Sequence] = []
-        self._cache = None
-        self._mask = None
+        self._cache: Any = None
+        self._mask: Any = None
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._stop = False
@@ -116,9 +116,6 @@ class BuiltinEngine:
     # -- public -----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
         return [self.base_name, *self.adapters]
-
-    def count_tokens(self, ids) -> int:
-        return len(ids)
 
     def start(self) -> None:
         if self._thread is None:
@@ -230,7 +227,8 @@ class BuiltinEngine:
         """Append rows (their cache + mask) to the running batch, left-padding to a common length."""
         import torch
         import torch.nn.functional as F
-        from transformers import DynamicCache
+
+        from swiftbox.compat import cache_from_layers, cache_layers
 
         if self._cache is None or not self._active:
             self._cache, self._mask, self._active = cache, mask, list(seqs)
@@ -238,11 +236,11 @@ class BuiltinEngine:
         old_t, new_t = self._mask.shape[1], mask.shape[1]
         t = max(old_t, new_t)
         layers = []
-        for old, new in zip(self._cache.layers, cache.layers):
-            k = torch.cat([F.pad(old.keys, (0, 0, t - old_t, 0)), F.pad(new.keys, (0, 0, t - new_t, 0))])
-            v = torch.cat([F.pad(old.values, (0, 0, t - old_t, 0)), F.pad(new.values, (0, 0, t - new_t, 0))])
+        for (old_k, old_v), (new_k, new_v) in zip(cache_layers(self._cache), cache_layers(cache), strict=True):
+            k = torch.cat([F.pad(old_k, (0, 0, t - old_t, 0)), F.pad(new_k, (0, 0, t - new_t, 0))])
+            v = torch.cat([F.pad(old_v, (0, 0, t - old_t, 0)), F.pad(new_v, (0, 0, t - new_t, 0))])
             layers.append((k, v))
-        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._cache = cache_from_layers(layers)
         self._mask = torch.cat([F.pad(self._mask, (t - old_t, 0)), F.pad(mask, (t - new_t, 0))])
         self._active.extend(seqs)
 
@@ -273,7 +271,8 @@ class BuiltinEngine:
             seq.out_ids.append(token)
             self.stats["tokens"] += 1
             seq.emit(("token", token))
-            if len(seq.out_ids) >= seq.params.max_tokens or len(seq.prompt_ids) + len(seq.out_ids) >= self.max_model_len:
+            produced = len(seq.out_ids)
+            if produced >= seq.params.max_tokens or len(seq.prompt_ids) + produced >= self.max_model_len:
                 self._finish(seq, "length")
 
     def _fail(self, seq: Sequence, exc: Exception) -> None:
@@ -308,6 +307,6 @@ class BuiltinEngine:
         lead = int((self._mask.sum(0) == 0).long().cumprod(0).sum())
         if lead:
             self._mask = self._mask[:, lead:]
-            for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, lead:, :]
-                layer.values = layer.values[:, :, lead:, :]
+            from swiftbox.compat import cache_drop_left
+
+            cache_drop_left(self._cache, lead)

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from swiftbox.device.base import normalise_devices
-from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.errors import SwiftboxError
 from swiftbox.pipelines.serve.errors import ApiError
+from swiftbox.steps import DTYPE_NAMES
 
-VLLM_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
@@ -64,12 +63,11 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
          internal_key: Optional[str] = None, executable: Optional[list[str]] = None) -> VllmPlan:
     """The `vllm serve` command line and env for this config on this platform (pure: starts nothing)."""
     key = internal_key or secrets.token_urlsafe(24)
-    ids = normalise_devices(cfg.devices)
-    tp = len(ids) if ids else 1
+    tp = cfg.devices.n if cfg.devices else 1     # tensor parallel over every device of `devices`
     argv = [*(executable or vllm_executable()), "serve", str(model_path),
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", base_name,
-            "--dtype", VLLM_DTYPES.get(dtype, "auto"),
+            "--dtype", dtype if dtype in DTYPE_NAMES else "auto",
             "--tensor-parallel-size", str(tp)]
     if cfg.max_model_len:
         argv += ["--max-model-len", str(cfg.max_model_len)]
@@ -130,7 +128,7 @@ class VllmProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if not self.alive():
+        if self.proc is None or not self.alive():
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -219,8 +217,3 @@ class VllmBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-
-def check_adapters(loras: dict[str, str]) -> None:
-    for name, path in loras.items():
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise UserError(f"adapters.{name}: {path} is not a LoRA adapter directory (no adapter_config.json)")

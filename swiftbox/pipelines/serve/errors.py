@@ -5,7 +5,6 @@ with the same shape (that path is a bug, and the load test checks it never happe
 """
 from __future__ import annotations
 
-import json
 import logging
 from typing import Optional
 
@@ -90,6 +89,3 @@ def install_handlers(app) -> None:
         log.exception("unhandled error on %s", request.url.path)
         return respond(ApiError(500, f"internal error: {type(exc).__name__}", type="server_error"))
 
-
-def sse_error(err: ApiError) -> str:
-    return f"data: {json.dumps(err.body())}\n\n"

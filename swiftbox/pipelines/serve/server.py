@@ -21,7 +21,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UserError(f"port: cannot bind {host}:{port} ({exc.strerror or exc}); choose another --port or 0") from None
+        raise UserError(f"port: cannot bind {host}:{port} ({exc.strerror or exc}); choose another --port or "
+                        "0") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -46,7 +47,7 @@ class ServerThread:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout: float = 30) -> "ServerThread":
+    def start(self, timeout: float = 30) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
@@ -65,23 +66,9 @@ def serve_forever(app, host: str, port: int, log=print) -> None:
     """Foreground: returns normally after Ctrl-C or SIGTERM, once uvicorn has shut down gracefully
     (uvicorn itself would re-raise the signal afterwards and end the process by it; a step that
     was asked to stop has succeeded, so the runner can write its manifest and exit 0)."""
-    import contextlib
-    import signal
-
     import uvicorn
 
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+    from swiftbox.compat import uvicorn_server
 
     sock = bind(host, port)
     real = sock.getsockname()[1]
@@ -90,6 +77,6 @@ def serve_forever(app, host: str, port: int, log=print) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.INFO)
     config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=5, lifespan="off")
     try:
-        Server(config).run(sockets=[sock])
+        uvicorn_server(config).run(sockets=[sock])
     finally:
         sock.close()

@@ -8,15 +8,16 @@ driven by transformers/accelerate; swiftbox only picks and checks the config.
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
-from typing import Optional
 
+from swiftbox.device import Platform
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.steps import DEEPSPEED_PRESETS as PRESETS
+from swiftbox.steps import TrainBase
+from swiftbox.versions import older_than, package_version
 
 # flat under configs/ so the package-data glob `configs/*` ships them in the wheel
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-PRESETS = ("zero2", "zero3", "zero3_offload")
 INSTALL_HINT = "pip install 'swiftbox[deepspeed]'"
 # QLoRA under ZeRO-3 needs bnb_4bit_quant_storage (bitsandbytes 0.43) and the matching loaders
 QLORA_ZERO3_FLOORS = {"bitsandbytes": "0.43.0", "transformers": "4.39.0", "peft": "0.10.0", "accelerate": "0.28.0"}
@@ -47,8 +48,9 @@ def zero_stage(value: str) -> int:
     return int((data.get("zero_optimization") or {}).get("stage", 0))
 
 
-def check_distributed(cfg, platform) -> None:
-    """Refuse, in one line, the combinations known not to work. Exit 2 for bad input, 3 for unavailable."""
+def check_distributed(cfg: TrainBase, platform: Platform) -> None:
+    """Refuse, in one line, the combinations known not to work. Exit 2 for bad input, 3 for unavailable.
+    Run once per step, by the training pipelines' `check` (before any output directory exists)."""
     if cfg.deepspeed and cfg.fsdp:
         raise UserError("deepspeed and fsdp: pick one sharding engine, not both")
     if cfg.node_rank >= cfg.nnodes:
@@ -57,9 +59,10 @@ def check_distributed(cfg, platform) -> None:
         return
     refusal = platform.refusals.get("deepspeed")
     if refusal is not None:
-        raise Unsupported(f"deepspeed is not available on {platform.name}: {refusal.why}; use {refusal.instead} instead")
+        raise Unsupported(f"deepspeed is not available on {platform.name}: {refusal.why}; use {refusal.instead} "
+                          "instead")
     stage = zero_stage(cfg.deepspeed)  # also checks a user path before anything is installed or launched
-    if _version("deepspeed") is None:
+    if package_version("deepspeed") is None:
         raise Unsupported(f"deepspeed: the deepspeed package is not installed on {platform.name}; "
                           f"{INSTALL_HINT}, or drop deepspeed: to train with plain DDP")
     if cfg.method == "qlora" and stage == 3:
@@ -73,8 +76,8 @@ def qlora_zero3_blockers() -> list[str]:
     """Packages too old for 4-bit weights sharded by ZeRO-3 ('name>=floor (have x)'); [] when it works."""
     out = []
     for pkg, floor in QLORA_ZERO3_FLOORS.items():
-        have = _version(pkg)
-        if have is None or _older(have, floor):
+        have = package_version(pkg)
+        if have is None or older_than(have, floor):
             out.append(f"{pkg}>={floor} (have {have or 'none'})")
     return out
 
@@ -83,7 +86,6 @@ def training_arguments_extra(cfg, platform) -> dict:
     """Keyword arguments for TrainingArguments that make a torchrun worker train as one of many."""
     from swiftbox.training.distributed.launch import world_size
 
-    check_distributed(cfg, platform)
     extra: dict = {}
     if world_size() > 1 or cfg.deepspeed or cfg.fsdp:
         extra["ddp_backend"] = platform.dist_backend
@@ -108,19 +110,3 @@ def quantization_extra(cfg, torch_dtype) -> dict:
     """Extra BitsAndBytesConfig kwargs: sharded QLoRA (ZeRO-3/FSDP) stores 4-bit weights in the compute dtype."""
     sharded = (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3) or bool(cfg.fsdp)
     return {"bnb_4bit_quant_storage": torch_dtype} if cfg.method == "qlora" and sharded else {}
-
-
-def _version(pkg: str) -> Optional[str]:
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _older(have: str, floor: str) -> bool:
-    try:
-        from packaging.version import Version
-
-        return Version(have) < Version(floor)
-    except Exception:
-        return False

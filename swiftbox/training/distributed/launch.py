@@ -32,9 +32,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+from swiftbox.device.devices import Devices
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
+from swiftbox.pipelines.base import StepContext, StepResult
+from swiftbox.steps import TrainBase
 
 SPEC_FILE = "launch.json"
 RESULT_FILE = ".launch-result.json"
@@ -70,7 +73,7 @@ class LaunchPlan:
     node_rank: int
     backend: str
     devices: Optional[list[int]] = None
-    spec_path: Optional[Path] = None
+    spec_path: Path = Path(SPEC_FILE)
     info: dict = field(default_factory=dict)
 
     @property
@@ -88,15 +91,18 @@ class LaunchPlan:
                 "devices": self.devices, "command": self.command_line(), **self.info}
 
 
-def requested_processes(cfg, ctx) -> int:
-    return _processes_per_node(cfg, ctx)[0] * max(1, getattr(cfg, "nnodes", 1))
+def requested_processes(cfg: TrainBase, ctx: StepContext) -> int:
+    return _processes_per_node(cfg, ctx)[0] * max(1, cfg.nnodes)
 
 
-def _processes_per_node(cfg, ctx) -> tuple[int, Optional[list[int]]]:
-    from swiftbox.device import normalise_devices
+def _processes_per_node(cfg: TrainBase, ctx: StepContext) -> tuple[int, Optional[list[int]]]:
+    devices = step_devices(cfg, ctx)
+    return (devices.n if devices else 1), (devices.resolve() if devices else None)
 
-    ids = normalise_devices(_devices_value(cfg, ctx))
-    return (len(ids) if ids else 1), ids
+
+def step_devices(cfg: TrainBase, ctx: StepContext) -> Optional[Devices]:
+    """The step's devices, else the recipe header's."""
+    return cfg.devices if cfg.devices is not None else ctx.header_devices
 
 
 def needs_launch(cfg, ctx) -> bool:
@@ -126,13 +132,10 @@ def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = N
 
 
 def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
-    """Check the request against the platform and build the torchrun command and worker env."""
-    from swiftbox.training.distributed.args import check_distributed
-
+    """Build the torchrun command and worker env (the pipeline's check has vetted the request)."""
     platform = ctx.platform
-    check_distributed(cfg, platform)
     nproc, ids = _processes_per_node(cfg, ctx)
-    ids = _device_ids(platform, _devices_value(cfg, ctx), nproc, ids)
+    ids = _device_ids(platform, step_devices(cfg, ctx), nproc, ids)
     spec_path = spec_path or Path(ctx.work_dir) / SPEC_FILE
     env = platform.env_for(ids)
     for key in platform.default_env:  # the user's own HCCL_CONNECT_TIMEOUT etc. win over our defaults
@@ -144,19 +147,6 @@ def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
                       devices=ids, spec_path=spec_path)
 
 
-def _devices_value(cfg, ctx):
-    """The step's devices, else the recipe's; '4' means a count here too (as on the CLI)."""
-    from swiftbox.steps import parse_devices
-
-    value = getattr(cfg, "devices", None)
-    if value is None:
-        try:
-            value = parse_devices(ctx.header_devices)
-        except ValueError as exc:
-            raise UserError(f"devices: {exc}") from None
-    return value
-
-
 def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Optional[list[int]]:
     """The physical ids the workers see. A count under a user's own CUDA_/ASCEND_RT_VISIBLE_DEVICES takes
     the first N of those; explicit ids are checked against the devices this machine has."""
@@ -164,13 +154,13 @@ def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Option
     if not var or ids is None:
         return ids
     mine = [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
-    if isinstance(value, int) and mine:
+    if value is not None and value.count is not None and mine:
         if nproc > len(mine):
             raise UserError(f"devices: {nproc} requested but {var}={os.environ[var]} makes only {len(mine)} visible")
         return [int(p) for p in mine[:nproc]] if all(p.isdigit() for p in mine) else ids
     count = None if mine else _device_count(platform)
     missing = [i for i in ids if count is not None and i >= count]
-    if missing:
+    if missing and count is not None:
         raise UserError(f"devices: {platform.name} device {missing[0]} does not exist here "
                         f"({count} visible: ids 0..{count - 1})")
     return ids
@@ -197,9 +187,6 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
     recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
     """
-    from swiftbox.training.distributed.args import check_distributed
-
-    check_distributed(cfg, ctx.platform)  # refusals first, even for one process (deepspeed on cpu, ...)
     if _WORKER_SPEC is not None:
         return None
     if world_size() > 1:
@@ -213,9 +200,8 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
     return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
 
 
-def launch(cfg, ctx, *, pipeline: str, log=None) -> "StepResult":  # noqa: F821 - runner imports us lazily
-    from swiftbox.pipelines.base import StepResult
-
+def launch(cfg: TrainBase, ctx: StepContext, *, pipeline: str,
+           log: Optional[Callable[[str], None]] = None) -> StepResult:
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     plan = plan_launch(cfg, ctx)
     _prefetch_model(ctx.input)
@@ -263,7 +249,8 @@ def write_spec(path: Path, cfg, ctx, *, pipeline: str) -> None:
         "swiftbox_launch": 1, "kind": ctx.kind, "pipeline": pipeline, "config": cfg.model_dump(mode="json"),
         "fields_set": sorted(cfg.model_fields_set), "recipe": ctx.recipe, "index": ctx.index,
         "input": ctx.input, "work_dir": str(Path(ctx.work_dir).resolve()), "output": str(Path(ctx.output).resolve()),
-        "device": ctx.platform.name, "header_devices": ctx.header_devices,
+        "device": ctx.platform.name,
+        "header_devices": ctx.header_devices.spelling() if ctx.header_devices else None,
     })
 
 
@@ -274,7 +261,7 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
                             errors="replace", bufsize=1)
 
     def pump():
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             sys.stderr.write(line)
             tail.append(line.rstrip("\n"))
 
@@ -346,5 +333,6 @@ def _error_for(code: int) -> type:
     return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
 
 
-__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch", "rank",
+__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch",
+           "rank",
            "requested_processes", "torchrun_argv", "world_size", "failure_error"]

@@ -16,8 +16,10 @@ import time
 import traceback
 from pathlib import Path
 
-from swiftbox.training.distributed import launch as distributed
 from swiftbox.errors import SwiftboxError
+from swiftbox.pipelines.base import StepContext, StepResult
+from swiftbox.steps import StepBase
+from swiftbox.training.distributed import launch as distributed
 
 
 def load_spec(path: str) -> dict:
@@ -27,10 +29,9 @@ def load_spec(path: str) -> dict:
     return spec
 
 
-def build(spec: dict):
+def build(spec: dict) -> tuple[StepBase, StepContext]:
     """The validated config and the StepContext the launcher had, rebuilt in this process."""
-    from swiftbox.device import current_platform
-    from swiftbox.pipelines.base import StepContext
+    from swiftbox.device import current_platform, parse_devices
     from swiftbox.steps import STEP_TYPES
 
     schema = STEP_TYPES[spec["kind"]]
@@ -38,20 +39,15 @@ def build(spec: dict):
     cfg = schema.model_validate({k: config[k] for k in spec.get("fields_set", config)})
     ctx = StepContext(recipe=spec["recipe"], kind=spec["kind"], index=spec["index"], input=spec["input"],
                       work_dir=Path(spec["work_dir"]), output=Path(spec["output"]),
-                      platform=current_platform(spec["device"]), header_devices=spec.get("header_devices"))
+                      platform=current_platform(spec["device"]),
+                      header_devices=parse_devices(spec.get("header_devices")))
     return cfg, ctx
 
 
-def run_spec(spec: dict):
-    from swiftbox.pipelines.base import StepResult
-
+def run_spec(spec: dict) -> StepResult:
     cfg, ctx = build(spec)
-    module = importlib.import_module(spec["pipeline"])
-    result = module.run(cfg, ctx)
-    if isinstance(result, dict):
-        result = StepResult(metrics=result)
-    elif result is None:
-        result = StepResult()
+    pipeline = importlib.import_module(spec["pipeline"]).PIPELINE
+    result = pipeline.execute(cfg, ctx)
     if distributed.is_main_process():
         from swiftbox.artifacts import write_json_atomic
 
@@ -61,6 +57,10 @@ def run_spec(spec: dict):
 
 def main(argv: list[str]) -> int:
     spec_path = argv[0] if argv else ""
+    from swiftbox import logs
+
+    logs.setup()   # SWIFTBOX_VERBOSE travels from the launcher
+    logs.quiet_gptqmodel()
     try:
         spec = load_spec(spec_path)
         distributed._WORKER_SPEC = spec
@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
         failed_at = time.time()
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        code = getattr(exc, "exit_code", None) or (exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1)
+        exit_status = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        code = getattr(exc, "exit_code", None) or exit_status
         if not isinstance(exc, SwiftboxError):
             traceback.print_exc()
         message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]

@@ -1,0 +1,80 @@
+"""One test per library internal swiftbox touches (swiftbox/compat.py): each fails loudly when the library
+renames or moves the symbol, and each scoped patch is shown restored afterwards."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from swiftbox import compat
+
+
+def test_trl_label_position_probe_is_where_the_sft_loss_reads_it():
+    import trl.trainer.utils as trl_utils
+
+    assert callable(getattr(trl_utils, "_use_triton", None)), \
+        f"trl {compat.CHECKED_AGAINST['trl']} had trl.trainer.utils._use_triton; this trl moved it"
+    assert "_use_triton(" in inspect.getsource(trl_utils), "trl.trainer.utils no longer calls _use_triton"
+    original = trl_utils._use_triton
+    with compat.trl_scores_label_positions_only():
+        assert trl_utils._use_triton("cpu") is True
+    assert trl_utils._use_triton is original          # restored: DPO later in the process sees TRL's own
+
+
+def test_trl_probe_is_restored_after_an_error():
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    with pytest.raises(RuntimeError), compat.trl_scores_label_positions_only():
+        raise RuntimeError("training failed")
+    assert trl_utils._use_triton is original
+
+
+def test_gptqmodel_log_dir_is_a_module_global_it_reads(tmp_path):
+    pytest.importorskip("gptqmodel")  # the [quant] extra; installed in the dev venv and CI
+    from gptqmodel.looper import loop_processor
+
+    assert hasattr(loop_processor, "_PROJECT_LOG_DIR"), \
+        f"gptqmodel {compat.CHECKED_AGAINST['gptqmodel']} had looper.loop_processor._PROJECT_LOG_DIR"
+    assert inspect.getsource(loop_processor).count("_PROJECT_LOG_DIR") > 1, "gptqmodel no longer reads it"
+    before = loop_processor._PROJECT_LOG_DIR
+    with compat.gptqmodel_log_dir(tmp_path / "logs"):
+        assert loop_processor._PROJECT_LOG_DIR == tmp_path / "logs"
+    assert loop_processor._PROJECT_LOG_DIR == before
+
+
+def test_uvicorn_server_enters_capture_signals():
+    import uvicorn
+    import uvicorn.server
+
+    assert inspect.isfunction(getattr(uvicorn.Server, "capture_signals", None)), \
+        f"uvicorn {compat.CHECKED_AGAINST['uvicorn']} had Server.capture_signals"
+    assert "self.capture_signals()" in inspect.getsource(uvicorn.server.Server), \
+        "uvicorn.Server no longer enters capture_signals: Ctrl-C handling of serve must be rechecked"
+    server = compat.uvicorn_server(uvicorn.Config(app=lambda *a: None))
+    assert isinstance(server, uvicorn.Server)
+    assert type(server).capture_signals is not uvicorn.Server.capture_signals
+
+
+def test_dynamic_cache_layers_round_trip():
+    import torch
+
+    keys = [torch.randn(2, 1, 5, 4) for _ in range(3)]
+    values = [torch.randn(2, 1, 5, 4) for _ in range(3)]
+    cache = compat.cache_from_layers(list(zip(keys, values)))
+    layers = compat.cache_layers(cache)
+    assert len(layers) == 3
+    for (k, v), k0, v0 in zip(layers, keys, values):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert cache.get_seq_length() == 5
+    compat.cache_drop_left(cache, 2)
+    assert cache.get_seq_length() == 3
+    assert torch.equal(compat.cache_layers(cache)[0][0], keys[0][:, :, 2:, :])
+
+
+def test_every_patch_names_the_version_it_was_checked_against():
+    text = Path(compat.__file__).read_text()
+    for lib in compat.CHECKED_AGAINST:
+        assert lib in text
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}

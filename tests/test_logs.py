@@ -1,0 +1,53 @@
+"""Quiet by default (swiftbox/logs.py): third-party noise lands in the run's log file, real errors and
+swiftbox's own lines stay on the terminal, and --verbose / SWIFTBOX_VERBOSE=1 shows everything."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT, run_cli
+
+NOISE = """
+import logging, sys, warnings
+from pathlib import Path
+from swiftbox import logs
+logs.setup()
+logging.getLogger("torchao").warning("Failed to load /x/_C_mxfp8.so")
+warnings.warn("is_gradient_checkpointing is deprecated", FutureWarning)
+logging.getLogger("torchao").error("a real failure")
+print("swiftbox: own line", file=sys.stderr)
+logs.attach(Path(sys.argv[1]))
+logging.getLogger("peft").warning("after attach")
+"""
+
+
+def _run(tmp_path, env_extra=None):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "SWIFTBOX_VERBOSE"}
+    env.update({"PYTHONPATH": str(ROOT), **(env_extra or {})})
+    log = tmp_path / "run" / "swiftbox.log"
+    res = subprocess.run([sys.executable, "-c", NOISE, str(log)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stderr, log
+
+
+def test_noise_goes_to_the_run_log_and_errors_stay_on_screen(tmp_path):
+    stderr, log = _run(tmp_path)
+    assert "Failed to load" not in stderr and "FutureWarning" not in stderr
+    assert "a real failure" in stderr and "swiftbox: own line" in stderr
+    text = log.read_text()
+    assert "Failed to load /x/_C_mxfp8.so" in text and "FutureWarning" in text and "after attach" in text
+
+
+def test_verbose_shows_the_libraries_again(tmp_path):
+    stderr, log = _run(tmp_path, {"SWIFTBOX_VERBOSE": "1"})
+    assert "Failed to load /x/_C_mxfp8.so" in stderr and "FutureWarning" in stderr
+    assert not log.exists()
+
+
+def test_verbose_flag_is_accepted_before_or_after_the_command():
+    for args in (("--verbose", "sft", "--help"), ("sft", "--verbose", "--help"), ("-v", "doctor", "--help")):
+        res = run_cli(*args, timeout=60)
+        assert res.returncode == 0 and "usage:" in res.stdout, (args, res.stderr)
