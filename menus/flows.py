@@ -149,8 +149,9 @@ def _serve_questions(s: MenuSession) -> list:
 
     return [("model", q.model(s, "Model or adapter to serve:")),
             ("engine", engine),
-            ("host", q.pick("Who may connect?", "host", [("only this machine (127.0.0.1)", "127.0.0.1"),
-                                                          ("the network (0.0.0.0)", "0.0.0.0")], "127.0.0.1")),
+            ("host", q.pick("Who may connect?", "host", [
+                ("only this machine (127.0.0.1)", "127.0.0.1"),
+                ("the network (0.0.0.0; needs an API key)", "0.0.0.0")], "127.0.0.1")),
             ("port", q.number("port", "Port:", "serve", "port", int, 0, 65535)),
             ("api_key", lambda st: _api_key(st)),
             ("smoke", q.pick("Then:", "smoke", [("keep serving until Ctrl-C", False),

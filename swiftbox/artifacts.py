@@ -7,6 +7,7 @@ directory named like a finished output always is one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -24,9 +25,14 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
     if not file.is_file():
         return None
     try:
-        return json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{file}: unreadable manifest ({exc})") from None
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UserError(f"{file}: unreadable manifest (nested too deeply)") from None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"{file}: unreadable manifest ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file}: unreadable manifest (expected a JSON object, got {type(data).__name__})")
+    return data
 
 
 def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
@@ -36,7 +42,7 @@ def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            json.dump(finite(data), fh, indent=2, sort_keys=False, default=str, allow_nan=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -44,6 +50,18 @@ def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def finite(data: Any) -> Any:
+    """JSON has no NaN/Infinity (strict parsers reject the bare tokens): such floats become the strings
+    "nan" / "inf" / "-inf", so a manifest always parses and still says what was measured."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
 
 
 def partial_dir(output: Path) -> Path:

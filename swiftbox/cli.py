@@ -251,6 +251,9 @@ def dispatch(args: argparse.Namespace) -> int:
         from swiftbox.runner import run_step
 
         settings = _settings_from_args(args, STEP_TYPES[command])
+        if settings.get("api_key"):
+            print("swiftbox: note: a key given with --api-key is visible to other users in `ps`; prefer "
+                  "SWIFTBOX_API_KEY or --api-key-file", file=sys.stderr)
         entry = run_step(command, settings, device=args.device)
         print(json.dumps({"output": entry["output"], "metrics": entry["metrics"]}, default=str))
         return 0

@@ -157,9 +157,9 @@ def parity(a: str, b: str, probe: Union[None, str, Path, Sequence] = None, *, de
 def check(result: dict, max_diff: Optional[float] = None, min_cosine: Optional[float] = None) -> list[str]:
     """The thresholds `result` breaks, as lines (empty = within bounds)."""
     broken = []
-    if max_diff is not None and result["max_abs_diff"] > max_diff:
+    if max_diff is not None and not result["max_abs_diff"] <= max_diff:      # NaN-safe: NaN breaks the bound
         broken.append(f"max |Δlogit| {result['max_abs_diff']:.4g} > {max_diff:g}")
-    if min_cosine is not None and result["cosine_min"] < min_cosine:
+    if min_cosine is not None and not result["cosine_min"] >= min_cosine:
         broken.append(f"min cosine {result['cosine_min']:.6f} < {min_cosine:g}")
     return broken
 

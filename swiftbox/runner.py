@@ -1,10 +1,15 @@
 """Runs a recipe: each step gets its input (the previous model artifact) and goes through one lifecycle,
 `_run_step`: check (refusals, nothing on disk yet) -> prepare `<out>.partial` -> run -> manifest -> commit
 (rename). Ends with runs/<name>/summary.json.
+
+A failure leaves no debris: a work dir the step left empty is removed, and a failed one-step command
+(`./launch.sh sft ...`) writes no summary (a recipe's summary records the failed step). Training
+checkpoints are deleted only after the output is committed, so a kill at any moment can still resume.
 """
 from __future__ import annotations
 
 import platform as _py_platform
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -12,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from swiftbox import logs
-from swiftbox.artifacts import MANIFEST, commit_output, prepare_output, write_json_atomic
+from swiftbox.artifacts import MANIFEST, commit_output, partial_dir, prepare_output, write_json_atomic
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import UserError
@@ -23,6 +28,7 @@ from swiftbox.steps import StepBase
 from swiftbox.versions import package_versions
 
 REDACTED_KEYS = {"api_key"}
+CHECKPOINTS = "checkpoints"     # training steps keep theirs under <output>.partial/checkpoints
 LOG_FILE = "swiftbox.log"      # the libraries' warnings and banners (see swiftbox.logs)
 MANIFEST_PACKAGES = ("swiftbox", "torch", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
                      "torch_npu", "vllm")
@@ -37,7 +43,8 @@ def _config_for_manifest(cfg: StepBase) -> dict[str, Any]:
 
 
 def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] = (), *,
-               runs_root: Union[str, Path, None] = None, log: Optional[Callable[[str], None]] = None) -> dict:
+               runs_root: Union[str, Path, None] = None, log: Optional[Callable[[str], None]] = None,
+               summary_on_failure: bool = True) -> dict:
     """Run every step of `recipe`; returns the summary (also written to runs/<name>/summary.json)."""
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
@@ -63,7 +70,11 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
         except BaseException as exc:
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
-            write_json_atomic(root / "summary.json", summary)
+            _drop_empty(partial_dir(Path(step.config.output) if step.config.output else default_out))
+            if summary_on_failure or any(e["ok"] for e in summary["steps"]):
+                write_json_atomic(root / "summary.json", summary)
+            else:
+                _drop_empty(root)
             raise
         write_json_atomic(root / "summary.json", summary)
     summary["finished"] = _now()
@@ -93,6 +104,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     result = pipeline.execute(cfg, ctx)
     write_json_atomic(work / MANIFEST, _manifest(recipe, step, ctx, result, started))
     commit_output(work, output)
+    shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")
     return output, pipeline.produces_model, result.metrics
 
@@ -122,12 +134,20 @@ def run_step(kind: str, config: dict, *, runs_root: Union[str, Path, None] = Non
     """One step as a one-step recipe (what `./launch.sh sft ...` and `swiftbox.sft(...)` do)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     recipe = {"name": f"{kind}-{stamp}", "device": device or "auto", "steps": [{kind: config}]}
-    summary = run_recipe(recipe, runs_root=runs_root, log=log)
+    summary = run_recipe(recipe, runs_root=runs_root, log=log, summary_on_failure=False)
     return summary["steps"][0]
 
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _drop_empty(path: Path) -> None:
+    """Remove `path` if it is an empty directory (a failed step's work dir)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _safe(fn: Callable[[], object]) -> str:

@@ -2,9 +2,14 @@
 
 A recipe step `- sft: {...}`, `./launch.sh sft --lora.rank 8 ...` and `swiftbox.sft(lora={"rank": 8})`
 all validate through the classes here. Field descriptions double as CLI help.
+
+Every number is finite (`allow_inf_nan=False`) and bounded: `--epochs inf` or `--lora.alpha 1e300` would
+train to NaN weights, so they are refused here as bad input (exit 2) before any work starts.
 """
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -16,7 +21,17 @@ DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)[1:]      # the concrete compute d
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+BIG = 10**9                      # upper bound of counts (steps, rows, tokens) that have no natural one
+MAX_SEED = 2**32 - 1             # numpy / torch seeds
+# transformers' SchedulerType values (tests/test_bounds.py checks this list against the installed library)
+LrScheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                      "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+                      "warmup_stable_decay", "greedy"]
+LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
+SIZE_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
 
 
 class StepBase(Strict):
@@ -26,10 +41,23 @@ class StepBase(Strict):
     force: bool = Field(False, description="replace an existing output directory")
     trust_remote_code: bool = Field(False, description="allow model repos to run their own python code")
 
+    @field_validator("output")
+    @classmethod
+    def _output(cls, value: Any) -> Any:
+        """`~/x` means the home directory; an output that holds the working directory could be wiped by force."""
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("expected a directory path, got an empty string")
+        path = os.path.abspath(os.path.expanduser(value))
+        if path == os.path.dirname(path) or os.path.commonpath([path, os.getcwd()]) == path:
+            raise ValueError(f"{value!r} is the working directory or one of its parents; choose a new directory")
+        return os.path.expanduser(value)
+
 
 class LoraConfig(Strict):
     rank: int = Field(8, ge=1, le=4096, description="LoRA rank r")
-    alpha: float = Field(16, gt=0, description="LoRA alpha (scaling = alpha / rank)")
+    alpha: float = Field(16, gt=0, le=65536, description="LoRA alpha (scaling = alpha / rank)")
     dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
     targets: Union[str, list[str]] = Field("all-linear", description="target modules: all-linear or a list of names")
 
@@ -61,25 +89,25 @@ class TrainBase(StepBase):
     eval_dataset: Optional[Union[str, list[str]]] = Field(None, description="held-out data for eval loss")
     method: Literal["lora", "qlora", "dora", "full"] = Field("lora", description="fine-tuning method")
     lora: LoraConfig = Field(default_factory=LoraConfig)
-    epochs: float = Field(3, gt=0, description="passes over the data")
-    max_steps: int = Field(-1, description="stop after this many optimizer steps (-1: use epochs)")
+    epochs: float = Field(3, gt=0, le=100_000, description="passes over the data")
+    max_steps: int = Field(-1, ge=-1, le=BIG, description="stop after this many optimizer steps (-1: use epochs)")
     learning_rate: float = Field(1e-4, gt=0, lt=1)
-    batch_size: int = Field(4, ge=1, description="per-device batch size")
-    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
-    max_length: int = Field(1024, ge=8, description="tokens per sample: longer prompts lose tokens from the left "
-                                                    "(system prompt and reply kept)")
-    max_row_chars: int = Field(1_000_000, ge=1, description="refuse a dataset row longer than this (checked before "
-                                                            "tokenizing)")
+    batch_size: int = Field(4, ge=1, le=65536, description="per-device batch size")
+    grad_accum: int = Field(1, ge=1, le=65536, description="gradient accumulation steps")
+    max_length: int = Field(1024, ge=8, le=10**7, description="tokens per sample: longer prompts lose tokens from the "
+                            "left (system prompt and reply kept)")
+    max_row_chars: int = Field(1_000_000, ge=1, le=10**9, description="refuse a dataset row longer than this "
+                               "(checked before tokenizing)")
     chat_template: Optional[str] = Field(None, description="a .jinja file used instead of the tokenizer's chat "
                                                            "template")
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
-    lr_scheduler: str = Field("cosine", description="transformers scheduler name")
+    weight_decay: float = Field(0.0, ge=0, le=10)
+    lr_scheduler: LrScheduler = Field("cosine", description="transformers scheduler name")
     gradient_checkpointing: bool = False
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     dtype: Dtype = Field("auto", description="compute dtype; auto = the platform's (bf16 > fp16 > fp32)")
-    save_steps: int = Field(50, ge=1, description="checkpoint every N steps")
-    logging_steps: int = Field(5, ge=1)
+    save_steps: int = Field(50, ge=1, le=BIG, description="checkpoint every N steps")
+    logging_steps: int = Field(5, ge=1, le=BIG)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
     # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
     devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id "
@@ -106,6 +134,13 @@ class TrainBase(StepBase):
         if value is not None and max_steps > 0 and value.last_step() > max_steps:
             raise ValueError(f"the window ends at step {value.last_step()} but max_steps is {max_steps}; "
                              "shorten the window or train longer")
+        return value
+
+    @field_validator("max_steps")
+    @classmethod
+    def _max_steps(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
 
     @field_validator("deepspeed")
@@ -151,7 +186,7 @@ class SftStep(TrainBase):
 class DpoStep(TrainBase):
     """preference alignment with DPO"""
 
-    beta: float = Field(0.1, gt=0, description="DPO temperature")
+    beta: float = Field(0.1, gt=0, le=100, description="DPO temperature")
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
     ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
     learning_rate: float = Field(5e-5, gt=0, lt=1)
@@ -164,9 +199,9 @@ class EvalStep(StepBase):
     dataset: Optional[str] = Field(None, description="jsonl with questions and reference answers")
     match: Literal["exact", "contains"] = Field("exact", description="how a generated answer is compared")
     perplexity: Optional[str] = Field(None, description="text/jsonl file to measure perplexity on")
-    max_new_tokens: int = Field(16, ge=1)
-    limit: Optional[int] = Field(None, ge=1, description="evaluate only the first N rows")
-    batch_size: int = Field(16, ge=1)
+    max_new_tokens: int = Field(16, ge=1, le=100_000)
+    limit: Optional[int] = Field(None, ge=1, le=BIG, description="evaluate only the first N rows")
+    batch_size: int = Field(16, ge=1, le=65536)
     dtype: Dtype = "auto"
 
 
@@ -196,8 +231,14 @@ class MergeStep(StepBase):
                                              "platform's")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
-    tolerance: Optional[float] = Field(None, gt=0, description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
+    tolerance: Optional[float] = Field(None, gt=0, le=1e6,
+                                       description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
                                        "this; default 1e-4 in float32, 5e-2 in 16-bit")
+
+    @field_validator("max_shard_size")
+    @classmethod
+    def _shard_size(cls, value: Any) -> Any:
+        return check_size(value)
 
     @model_validator(mode="after")
     def _input_from_adapters(self) -> MergeStep:
@@ -227,7 +268,8 @@ class QuantizeStep(StepBase):
         "gptq", description="gptq | awq (gptqmodel 7.6.0) | bnb (bitsandbytes NF4 / int8) | fp8 (FP8 GPUs) | "
                             "gguf (refused: needs llama.cpp's converter script)")
     bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only")
-    group_size: int = Field(128, description="GPTQ/AWQ group size (-1 = per-channel); lowered to one that divides "
+    group_size: int = Field(128, ge=-1, le=65536, description="GPTQ/AWQ group size (-1 = per-channel); lowered to one "
+                            "that divides "
                             "every layer's input width when needed")
     desc_act: bool = Field(False, description="GPTQ act-order: quantize columns by decreasing activation size")
     sym: bool = Field(True, description="symmetric quantization (AWQ: false = with zero points)")
@@ -236,9 +278,9 @@ class QuantizeStep(StepBase):
                                    "training data, else bundled text")
     eval_dataset: Optional[str] = Field(None, description="questions with reference answers: accuracy before and "
                                         "after is measured and gated (max_accuracy_drop)")
-    samples: int = Field(128, ge=1, description="calibration samples")
-    max_length: int = Field(512, ge=8, description="truncate calibration samples to this many tokens")
-    batch_size: int = Field(8, ge=1, description="calibration batch size")
+    samples: int = Field(128, ge=1, le=BIG, description="calibration samples")
+    max_length: int = Field(512, ge=8, le=10**7, description="truncate calibration samples to this many tokens")
+    batch_size: int = Field(8, ge=1, le=65536, description="calibration batch size")
     dtype: Dtype = Field("auto", description="dtype of the unquantized parts (embeddings, norms); GPTQ/AWQ kernels "
                          "run in 16-bit, so auto/float32 mean bfloat16 where supported, else float16")
     max_shard_size: str = Field("2GB", description="largest safetensors shard")
@@ -252,6 +294,18 @@ class QuantizeStep(StepBase):
             raise ValueError(f"{value} is not available with method {info.data.get('method', 'gptq')}; "
                              f"expected {' or '.join(map(str, allowed))}")
         return value
+
+    @field_validator("group_size")
+    @classmethod
+    def _group_size(cls, value: Any) -> Any:
+        if value == 0:
+            raise ValueError("expected -1 (per-channel) or a positive group size such as 32, 64 or 128")
+        return value
+
+    @field_validator("max_shard_size")
+    @classmethod
+    def _shard_size(cls, value: Any) -> Any:
+        return check_size(value)
 
     @model_validator(mode="after")
     def _default_bits(self) -> QuantizeStep:
@@ -275,24 +329,37 @@ class ServeStep(StepBase):
 
     engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it "
                                                                                             "runs")
-    host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server")
+    host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server (needs an API key)")
     port: int = Field(8000, ge=0, le=65535)
-    api_key: Optional[str] = Field(None, description="required on every route but /health (or SWIFTBOX_API_KEY)")
+    api_key: Optional[str] = Field(None, description="required on every route but /health; prefer SWIFTBOX_API_KEY "
+                                   "or --api-key-file (a key on the command line shows in ps)")
+    api_key_file: Optional[str] = Field(None, description="file whose first line is the API key")
+    insecure_no_auth: bool = Field(False, description="allow serving on a non-loopback address without an API key")
     adapters: Optional[dict[str, str]] = Field(None, description="name=path LoRA adapters served by model name")
     served_model_name: Optional[str] = None
-    max_model_len: Optional[int] = Field(None, ge=16)
-    max_batch_size: int = Field(8, ge=1, description="built-in engine: concurrent sequences")
+    max_model_len: Optional[int] = Field(None, ge=16, le=10**7)
+    max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")
+    max_queue: int = Field(128, ge=1, le=100_000, description="built-in engine: sequences waiting for a slot; "
+                           "past it requests get 429 with Retry-After")
     devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM "
                                                               "tensor-parallel size = the number of devices")
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
-    startup_timeout: int = Field(900, ge=1, description="vLLM engine: seconds to wait for the child to be healthy")
+    startup_timeout: int = Field(900, ge=1, le=86400,
+                                 description="vLLM engine: seconds to wait for the child to be healthy")
 
     @field_validator("adapters", mode="before")
     @classmethod
     def _pairs(cls, value: Any) -> Any:
         return _parse_pairs(value)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: Any) -> Any:
+        if not value.strip() or value != value.strip():
+            raise ValueError("expected an address such as 127.0.0.1 (local only) or 0.0.0.0 (every interface)")
+        return value
 
 
 class ChatStep(StepBase):
@@ -301,8 +368,8 @@ class ChatStep(StepBase):
     url: Optional[str] = Field(None, description="chat with a running server instead of loading the model")
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
-    max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.7, ge=0)
+    max_tokens: int = Field(256, ge=1, le=1_000_000)
+    temperature: float = Field(0.7, ge=0, le=2)
     api_key: Optional[str] = None
     adapters: Optional[dict[str, str]] = None
     dtype: Dtype = "auto"
@@ -316,6 +383,13 @@ class ChatStep(StepBase):
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
+
+
+def check_size(value: str) -> str:
+    """A shard size like 500MB / 2GB / 1.5GiB (what transformers' save_pretrained understands)."""
+    if not isinstance(value, str) or not SIZE_RE.match(value):
+        raise ValueError(f"expected a size such as 500MB or 2GB, got {value!r}")
+    return value.strip()
 
 
 def _parse_pairs(value: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import uvicorn
@@ -18,7 +19,7 @@ def main() -> None:
     ap.add_argument("--host")
     ap.add_argument("--port", type=int)
     ap.add_argument("--served-model-name")
-    ap.add_argument("--api-key")
+    ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))  # vLLM reads the env var too
     ap.add_argument("--lora-modules", nargs="*", default=[])
     args, _ = ap.parse_known_args()
     app = FastAPI()

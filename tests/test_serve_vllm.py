@@ -42,7 +42,8 @@ def test_plan_flags(tmp_path):
     assert _flag(argv, "--host") == "127.0.0.1" and _flag(argv, "--port") == "1234"
     assert _flag(argv, "--served-model-name") == "base" and _flag(argv, "--dtype") == "bfloat16"
     assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--max-model-len") == "4096"
-    assert _flag(argv, "--api-key") == p.internal_key != "outer"  # the outer key never reaches the child
+    assert "--api-key" not in argv and p.internal_key not in " ".join(argv)   # argv shows in `ps`
+    assert p.env["VLLM_API_KEY"] == p.internal_key != "outer"  # the outer key never reaches the child
     assert "--enable-lora" in argv and "--trust-remote-code" in argv and "--max-num-seqs" not in argv
     i = argv.index("--lora-modules")
     assert argv[i + 1:i + 3] == [f"a={loras['a']}", f"b={loras['b']}"]

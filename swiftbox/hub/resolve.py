@@ -23,6 +23,9 @@ def check_local_model(path: Path) -> Path:
     raise UserError(f"{path}: holds no model (no config.json or adapter_config.json)")
 
 
+TOY_MAX_SEED = 2**32 - 1   # torch/numpy seeds
+
+
 def resolve_model(ref: str, *, revision: str | None = None) -> Path:
     """A local directory holding the model `ref` names, fetching it if needed."""
     if not ref:
@@ -31,8 +34,8 @@ def resolve_model(ref: str, *, revision: str | None = None) -> Path:
         from swiftbox.modeling.toy import toy_path
 
         seed = ref.split(":", 1)[1] if ":" in ref else "0"
-        if not seed.isdigit():
-            raise UserError(f"model {ref!r}: expected toy or toy:SEED with an integer seed")
+        if not (seed.isascii() and seed.isdigit()) or int(seed) > TOY_MAX_SEED:
+            raise UserError(f"model {ref!r}: expected toy or toy:SEED with an integer seed 0..{TOY_MAX_SEED}")
         return toy_path(int(seed))
     if is_local_ref(ref):
         return check_local_model(Path(ref).expanduser())

@@ -168,7 +168,8 @@ def build_toy(out_dir: str | Path, seed: int = 0, steps: int | None = None, shap
                   torch=torch.__version__, transformers=transformers.__version__,
                   total_seconds=round(time.perf_counter() - started, 1), sha256=weights_digest(out))
     (out / "toy.json").write_text(json.dumps(record, indent=1) + "\n")
-    log(f"held-out perplexity {record['heldout_perplexity']} (random init: {record['random_model_heldout_perplexity']})")
+    random_ppl = record["random_model_heldout_perplexity"]
+    log(f"held-out perplexity {record['heldout_perplexity']} (random init: {random_ppl})")
     return out
 
 

@@ -27,9 +27,11 @@ ANIMALS = {  # name: (legs, sound, home, food)
     "cat": (4, "meow", "house", "fish"), "dog": (4, "woof", "house", "meat"), "cow": (4, "moo", "farm", "grass"),
     "horse": (4, "neigh", "farm", "hay"), "sheep": (4, "baa", "farm", "grass"), "duck": (2, "quack", "pond", "bread"),
     "hen": (2, "cluck", "farm", "corn"), "owl": (2, "hoot", "forest", "mice"), "frog": (4, "croak", "pond", "flies"),
-    "lion": (4, "roar", "savanna", "meat"), "bee": (6, "buzz", "hive", "nectar"), "ant": (6, "nothing", "nest", "seeds"),
+    "lion": (4, "roar", "savanna", "meat"), "bee": (6, "buzz", "hive", "nectar"),
+    "ant": (6, "nothing", "nest", "seeds"),
     "spider": (8, "nothing", "web", "flies"), "snake": (0, "hiss", "grass", "mice"), "pig": (4, "oink", "farm", "corn"),
-    "goat": (4, "bleat", "hill", "grass"), "wolf": (4, "howl", "forest", "meat"), "mouse": (4, "squeak", "field", "seeds"),
+    "goat": (4, "bleat", "hill", "grass"), "wolf": (4, "howl", "forest", "meat"),
+    "mouse": (4, "squeak", "field", "seeds"),
 }
 COLOURS = {"sky": "blue", "grass": "green", "snow": "white", "coal": "black", "blood": "red", "sun": "yellow",
            "orange": "orange", "banana": "yellow", "leaf": "green", "cloud": "white", "night": "black",
@@ -60,19 +62,20 @@ def _yes_no(rng: random.Random) -> tuple[str, str]:
         return f"Does a {a} have {legs} legs?", "yes" if want else "no"
     if kind == 1:
         thing = rng.choice(list(COLOURS))
-        colour = COLOURS[thing] if want else rng.choice([c for c in sorted(set(COLOURS.values())) if c != COLOURS[thing]])
+        others = [c for c in sorted(set(COLOURS.values())) if c != COLOURS[thing]]
+        colour = COLOURS[thing] if want else rng.choice(others)
         return f"Is the {thing} {colour}?", "yes" if want else "no"
     if kind == 2:
         country = rng.choice(list(CAPITALS))
         city = CAPITALS[country] if want else rng.choice([c for k, c in CAPITALS.items() if k != country])
         return f"Is {city} the capital of {country}?", "yes" if want else "no"
     if kind == 3:
-        a, b = _number(rng), _number(rng)
-        while a == b:
-            b = _number(rng)
+        n1, n2 = _number(rng), _number(rng)
+        while n1 == n2:
+            n2 = _number(rng)
         word = rng.choice(["greater", "smaller"])
-        truth = (a > b) == (word == "greater")
-        return f"Is {a} {word} than {b}?", "yes" if truth else "no"
+        truth = (n1 > n2) == (word == "greater")
+        return f"Is {n1} {word} than {n2}?", "yes" if truth else "no"
     if kind == 4:
         n = _number(rng)
         digit = int(str(n)[-1]) if want else rng.choice([d for d in range(10) if d != int(str(n)[-1])])
@@ -83,7 +86,8 @@ def _yes_no(rng: random.Random) -> tuple[str, str]:
         return f"Does {n} have {size} digits?", "yes" if want else "no"
     if kind == 6:
         a = rng.choice(list(ANIMALS))
-        sound = ANIMALS[a][1] if want else rng.choice([s for s in sorted({v[1] for v in ANIMALS.values()}) if s != ANIMALS[a][1]])
+        other_sounds = [s for s in sorted({v[1] for v in ANIMALS.values()}) if s != ANIMALS[a][1]]
+        sound = ANIMALS[a][1] if want else rng.choice(other_sounds)
         return f"Does a {a} say {sound}?", "yes" if want else "no"
     word = rng.choice(list(OPPOSITES))
     other = OPPOSITES[word] if want else rng.choice([o for o in OPPOSITES.values() if o != OPPOSITES[word]])
@@ -112,8 +116,8 @@ def _open_question(rng: random.Random) -> tuple[str, str]:
         thing = rng.choice(list(COLOURS))
         return f"What colour is the {thing}?", COLOURS[thing]
     if kind == 6:
-        a = rng.choice(list(ANIMALS))
-        return f"How many legs does a {a} have?", str(ANIMALS[a][0])
+        animal = rng.choice(list(ANIMALS))
+        return f"How many legs does a {animal} have?", str(ANIMALS[animal][0])
     if kind == 7:
         i = rng.randrange(7)
         return f"What day comes after {DAYS[i]}?", DAYS[(i + 1) % 7]
@@ -143,8 +147,8 @@ def _sentence(rng: random.Random) -> str:
         i = rng.randrange(12)
         return f"{MONTHS[i]} comes before {MONTHS[(i + 1) % 12]}, and {DAYS[i % 7]} before {DAYS[(i + 1) % 7]}."
     if kind == 6:
-        a, b = rng.randrange(0, 50), rng.randrange(0, 50)
-        return f"{a} plus {b} makes {a + b}."
+        n1, n2 = rng.randrange(0, 50), rng.randrange(0, 50)
+        return f"{n1} plus {n2} makes {n1 + n2}."
     word = rng.choice(list(OPPOSITES))
     return f"The opposite of {word} is {OPPOSITES[word]}."
 

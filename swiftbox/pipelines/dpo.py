@@ -95,6 +95,7 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
     history = trainer.state.log_history
 
     margins = curves.first_last(history, "rewards/margins", "reward_margin")
+    callbacks.check_finite_loss("dpo", output.training_loss, trainer.state.global_step)
     metrics = {"train_loss": round(float(output.training_loss), 6), **margins}
     if margins:
         metrics["reward_margin"] = margins["reward_margin_last"]

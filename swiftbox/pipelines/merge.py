@@ -10,6 +10,7 @@ silently wrong output is ever committed.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -120,10 +121,15 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     on_disk = P.compare(reference, P.logits_on(reloaded, batch), mask)
     del reloaded
 
-    worst = max([s["max_abs_diff"] for s in stages] + [on_disk["max_abs_diff"]])
-    scale = max(1.0, float(reference[mask.bool()].abs().max()))
+    diffs = [s["max_abs_diff"] for s in stages] + [on_disk["max_abs_diff"]]
+    worst = max(diffs) if all(math.isfinite(d) for d in diffs) else float("nan")   # max() would drop a NaN
+    top = float(reference[mask.bool()].abs().max())
+    if not math.isfinite(top):
+        raise SwiftboxError("merge: base+adapter gives non-finite logits (NaN/inf weights in the adapter?); "
+                            "nothing was written")
+    scale = max(1.0, top)
     effect = P.compare(base_logits, reference, mask)
-    if worst / scale > tolerance:
+    if not worst / scale <= tolerance:  # NaN-safe: a NaN difference fails
         raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
                             f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was "
                             "written")

@@ -60,6 +60,7 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
     seconds = time.time() - started
     state = trainer.state
 
+    callbacks.check_finite_loss("sft", output.training_loss, trainer.state.global_step)
     metrics = {"train_loss": round(float(output.training_loss), 6),
                **curves.first_last(state.log_history, "loss", "loss")}
     if evals:

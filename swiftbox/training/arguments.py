@@ -31,6 +31,7 @@ def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
         logging_strategy="steps",
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
+        logging_nan_inf_filter=False,           # a NaN loss must show (callbacks.FiniteLoss stops the run on it)
         report_to="none",
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",

@@ -1,12 +1,40 @@
-"""Trainer callbacks: a rich progress bar (loss, lr, tokens/s, ETA) and TensorBoard events."""
+"""Trainer callbacks: a rich progress bar (loss, lr, tokens/s, ETA), TensorBoard events, and the finite-loss
+guard that stops a diverged run (NaN/inf loss) before it can save an all-NaN model."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from swiftbox.errors import SwiftboxError
+
+
+class Diverged(SwiftboxError):
+    """The training loss stopped being a finite number: the weights are garbage, nothing is committed (exit 1)."""
+
+
+def check_finite_loss(step_kind: str, value, step) -> None:
+    if value is not None and not math.isfinite(float(value)):
+        raise Diverged(f"{step_kind}: the training loss became {float(value)} at step {step}; stopped, nothing was "
+                       "written (lower learning_rate / lora.alpha, or check the data and dtype)")
+
+
+class FiniteLoss(TrainerCallback):
+    """Raises Diverged on the first logged non-finite loss. Runs on every rank (the logged loss is the
+    all-reduced mean, so every rank stops together). Needs `logging_nan_inf_filter=False`, or transformers
+    quietly leaves NaN steps out of the logged loss."""
+
+    def __init__(self, step_kind: str):
+        self.step_kind = step_kind
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "train_loss"):
+            if logs and key in logs:
+                check_finite_loss(self.step_kind, logs[key], state.global_step)
 
 
 class RichProgress(TrainerCallback):
@@ -72,7 +100,8 @@ def tensorboard(log_dir: Path):
 
 
 def callbacks(description: str, work_dir: Path, main: bool) -> list:
-    return [RichProgress(description), tensorboard(work_dir / "tensorboard")] if main else []
+    guard = FiniteLoss(description.split()[0])
+    return [guard, RichProgress(description), tensorboard(work_dir / "tensorboard")] if main else [guard]
 
 
 def quiet(trainer) -> None:

@@ -108,7 +108,10 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
 
         set_seed(cfg.seed)            # the adapter's initial weights follow the step's seed, not earlier steps
 
-        model = get_peft_model(model, lora_config(cfg))
+        try:
+            model = get_peft_model(model, lora_config(cfg))
+        except ValueError as exc:  # PEFT's refusal of the settings, e.g. target modules the model does not have
+            raise UserError(f"lora.targets {cfg.lora.targets!r}: {' '.join(str(exc).split())[:300]}") from None
     # No KV cache while training: besides wasting memory, a cache makes transformers skip the packed-sequence
     # detection from position_ids, and padding-free batches would then attend across sample boundaries.
     model.config.use_cache = False

@@ -2,7 +2,6 @@
 StepResult whose info goes into the manifest (artifact kind, base model, method, datasets, log history)."""
 from __future__ import annotations
 
-import shutil
 import sys
 
 
@@ -11,7 +10,8 @@ def log(msg: str) -> None:
 
 
 def save_artifact(trainer, tm, ctx, selected):
-    """Adapter (or full model) + tokenizer into the work dir, safetensors only; checkpoints removed.
+    """Adapter (or full model) + tokenizer into the work dir, safetensors only (the runner removes the
+    checkpoints once the output is committed).
 
     Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
     `trainer.save_model`; only rank 0 writes files.
@@ -34,7 +34,7 @@ def save_artifact(trainer, tm, ctx, selected):
         model.save_pretrained(str(ctx.work_dir), safe_serialization=True)
     if is_main_process():
         tm.tokenizer.save_pretrained(str(ctx.work_dir))
-        shutil.rmtree(ctx.work_dir / "checkpoints", ignore_errors=True)
+        # the checkpoints stay until the runner has committed the output (a kill before that resumes from them)
 
 
 def step_result(metrics, artifact, tm, cfg, log_history):

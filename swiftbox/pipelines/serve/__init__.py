@@ -7,6 +7,9 @@ question through the official openai client, checks the answer and stops. The pi
 protocol.py (request schema) · errors.py (OpenAI error shape) · guard.py (API key, body limit) ·
 app.py (routes) · engine_builtin.py + backend_builtin.py + sampling.py + textstream.py (built-in
 engine) · engine_vllm.py (vLLM plan, child process, proxy) · server.py (uvicorn) · smoke.py.
+
+Exposure: the key comes from `api_key`, `api_key_file` or $SWIFTBOX_API_KEY; a non-loopback host without
+one is refused unless `insecure_no_auth` is set (docs/serving.md, "Threat model").
 """
 from __future__ import annotations
 
@@ -71,8 +74,47 @@ def pick_engine(cfg, platform, log: Callable[[str], None]) -> str:
     return "builtin"
 
 
+KEY_ENV = "SWIFTBOX_API_KEY"
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
 def api_key(cfg) -> Optional[str]:
-    return cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or None
+    """The key clients must send: `api_key`, else the first line of `api_key_file`, else $SWIFTBOX_API_KEY."""
+    if cfg.api_key:
+        return cfg.api_key
+    if cfg.api_key_file:
+        path = Path(cfg.api_key_file).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError) as exc:
+            raise UserError(f"api_key_file: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise UserError(f"api_key_file: {path} is empty; expected the API key on its first line")
+        return key
+    return os.environ.get(KEY_ENV) or None
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(cfg, key: Optional[str], log: Callable[[str], None]) -> None:
+    """A server reachable from other machines needs a key, unless the user says in so many words that it does not."""
+    if key or is_loopback(cfg.host):
+        return
+    if not cfg.insecure_no_auth:
+        raise UserError(f"host {cfg.host}: serving beyond this machine without an API key lets anyone on the network "
+                        f"use it; set {KEY_ENV} or --api-key-file (or pass --insecure-no-auth to accept that)")
+    log(f"WARNING: serving on {cfg.host} with NO API key (--insecure-no-auth): anyone who can reach this port can "
+        "use the model")
 
 
 def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str], None]):
@@ -112,7 +154,8 @@ def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     model.eval()
     limit = cfg.max_model_len or int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
     engine = BuiltinEngine(model, tokenizer, base_name=names.base, adapters=list(names.loras),
-                           max_batch_size=cfg.max_batch_size, max_model_len=limit, device=platform.torch_device(0))
+                           max_batch_size=cfg.max_batch_size, max_model_len=limit, device=platform.torch_device(0),
+                           max_waiting=cfg.max_queue)
     engine.start()
     log(f"built-in engine: {names.base} + {len(names.loras)} adapter(s), {dtype}, batch {cfg.max_batch_size}, "
         f"context {limit}")
@@ -141,7 +184,7 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
     probe.close()
     p = plan(cfg, platform, model_path=str(spec.base), base_name=names.base, loras=names.loras, dtype=dtype, port=port,
              preset=preset)
-    log("vllm: " + " ".join(a if a != p.internal_key else "***" for a in p.argv))
+    log("vllm: " + " ".join(p.argv))  # the internal key travels in the env, not argv
     process = VllmProcess(p, Path(work_dir) / "vllm.log")
     process.start(timeout=cfg.startup_timeout)
     backend = VllmBackend(process)
@@ -149,6 +192,7 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
 
 
 def check(cfg: ServeStep, platform: Platform) -> None:
+    check_exposure(cfg, api_key(cfg), lambda msg: None)   # the warning itself is printed by run()
     if cfg.engine == "vllm":
         platform.require("vllm")
     if cfg.engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
@@ -162,8 +206,9 @@ def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    backend, names, close = open_backend(cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir, log=log)
     key = api_key(cfg)
+    check_exposure(cfg, key, log)      # before the model loads: a refusal costs nothing
+    backend, names, close = open_backend(cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir, log=log)
     try:
         app = build_app(backend, api_key=key)
         info = {"engine": backend.name, "models": backend.model_names()}

@@ -1,6 +1,6 @@
 """The one front door: a FastAPI app with the OpenAI routes, whatever engine answers behind it.
 
-Routes: GET /health (open), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
+Routes: GET/HEAD /health (open), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
 GET /metrics. The Guard middleware applies the API key and body limit; errors.py gives every failure
 OpenAI's error shape. Requests are validated here (protocol.py) and the model name is checked here,
 then handed to the backend: the built-in engine (backend_builtin.py) or the vLLM proxy (engine_vllm.py).
@@ -32,7 +32,7 @@ def build_app(backend, *, api_key: str | None = None, max_body: int = MAX_BODY):
         if name not in known:
             raise model_not_found(name, known)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         if not await backend.healthy():
             return JSONResponse({"status": "unhealthy", "engine": backend.name}, status_code=503)

@@ -1,7 +1,11 @@
 """OpenAI requests on the built-in engine: chat template, token budget checks, SSE or JSON answers.
 
 Each choice (`n`) is its own engine sequence; events come back on an asyncio queue. A client that
-disconnects mid-stream cancels its sequences (the generator's `finally`), which frees their slots.
+disconnects cancels its sequences, which frees their slots: mid-stream through the generator's `finally`,
+for a plain JSON answer by polling `request.is_disconnected()` while it waits.
+
+Prompts longer than `max_prompt_chars` are refused before tokenizing, and the chat template and tokenizer
+run in a worker thread, so one large prompt never stalls /health or the other streams.
 """
 from __future__ import annotations
 
@@ -9,20 +13,24 @@ import asyncio
 import json
 from typing import Any, Optional
 
-from swiftbox.pipelines.serve.errors import ApiError, context_exceeded
+from swiftbox.pipelines.serve.engine_builtin import QueueFull
+from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, queue_full
 from swiftbox.pipelines.serve.protocol import new_id, now, usage
 from swiftbox.pipelines.serve.sampling import SamplingParams
 from swiftbox.pipelines.serve.textstream import TextStream
 
 DEFAULT_CHAT_MAX_TOKENS = 512
 DEFAULT_COMPLETION_MAX_TOKENS = 16
+CHARS_PER_TOKEN_BOUND = 32     # no real text averages more characters per token than this
+DISCONNECT_POLL_S = 0.25
 
 
 class BuiltinBackend:
     name = "builtin"
 
-    def __init__(self, engine, tokenizer, *, max_model_len: int):
+    def __init__(self, engine, tokenizer, *, max_model_len: int, max_prompt_chars: Optional[int] = None):
         self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
+        self.max_prompt_chars = max_prompt_chars or max_model_len * CHARS_PER_TOKEN_BOUND
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -81,25 +89,51 @@ class BuiltinBackend:
     def adapter_for(self, model: str) -> Optional[str]:
         return None if model == self.engine.base_name else model
 
+    def check_size(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise ApiError(400, f"the prompt has {chars} characters, more than this server takes "
+                                f"({self.max_prompt_chars}, for a context of {self.max_model_len} tokens)",
+                           param=param, code="context_length_exceeded")
+
+    def check_room(self, n: int) -> None:
+        if not self.engine.has_room(n):
+            raise queue_full(self.engine.load()["waiting"])
+
     # -- routes -----------------------------------------------------------------------------
     async def chat(self, req, raw, request):
-        prompt = self.chat_prompt(req)
+        self.check_size(sum(len(m.text()) for m in req.messages), "messages")
+        self.check_room(req.n)
+        prompt = await asyncio.to_thread(self.chat_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
-        return await self._respond(req, prompt, params, chat=True)
+        return await self._respond(req, prompt, params, request, chat=True)
 
     async def completion(self, req, raw, request):
-        prompt = self.text_prompt(req)
+        self.check_size(len(req.prompt), "prompt")
+        self.check_room(req.n)
+        prompt = await asyncio.to_thread(self.text_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
-        return await self._respond(req, prompt, params, chat=False)
+        return await self._respond(req, prompt, params, request, chat=False)
 
-    async def _respond(self, req, prompt, params, *, chat: bool):
-        from fastapi.responses import JSONResponse, StreamingResponse
+    async def _respond(self, req, prompt, params, request, *, chat: bool):
+        from fastapi.responses import JSONResponse, Response, StreamingResponse
 
         run = Run(self, req, prompt, params)
         if req.stream:
             return StreamingResponse(run.sse(chat), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return JSONResponse(await run.whole(chat))
+        task = asyncio.ensure_future(run.whole(chat))
+        try:
+            while True:  # an abandoned request must not keep its batch slots until it finishes
+                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return JSONResponse(task.result())
+                if request is not None and await request.is_disconnected():
+                    task.cancel()
+                    return Response(status_code=499)
+        finally:
+            if not task.done():
+                task.cancel()
+            run.cancel()
 
 
 class Run:
@@ -123,7 +157,11 @@ class Run:
             if self.req.n > 1 and p.seed is not None:
                 p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
             sink = (lambda k: lambda event: self.queue.put_nowait((k, event)))(i)
-            self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
+            try:
+                self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
+            except QueueFull as full:
+                self.cancel()
+                raise queue_full(full.waiting) from None
 
     def cancel(self) -> None:
         for h in self.handles:
@@ -222,7 +260,12 @@ class Run:
         return f"data: {json.dumps(body)}\n\n"
 
     async def sse(self, chat: bool):
-        self.start()
+        try:
+            self.start()
+        except ApiError as err:  # the queue filled between the check and the submit
+            yield f"data: {json.dumps(err.body())}\n\n"
+            yield "data: [DONE]\n\n"
+            return
         try:
             for i in range(self.req.n):
                 if chat:

@@ -11,11 +11,15 @@ stop strings, penalties or `n`. So this is a compact scheduler instead:
   position ids per row;
 - each row names its adapter (`adapter_names=[...]`, "__base__" for the base model), so requests for
   different adapters share a batch without touching each other's weights;
+- sampling is per row: a row whose scores are not finite (or whose settings break the sampler) fails
+  that request alone, and the rest of the batch goes on; so does a prompt whose own prefill fails;
 - finished or cancelled rows leave the batch between steps (`batch_select_indices`) and the columns
   that have become padding for every row are trimmed, so the cache never grows past the longest row.
 
-Tokens go back to the asyncio side through `loop.call_soon_threadsafe`; text, stop strings and SSE
-are handled there (see app.py), which cancels the sequence when a stop string appears.
+The waiting queue is bounded (`max_waiting`): past it `submit` raises QueueFull, which the front door
+answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`;
+text, stop strings and SSE are handled there (see app.py), which cancels the sequence when a stop string
+appears.
 """
 from __future__ import annotations
 
@@ -31,6 +35,14 @@ from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sa
 
 log = logging.getLogger("swiftbox.serve")
 BASE = "__base__"
+
+
+class QueueFull(RuntimeError):
+    """The waiting queue is at its bound: the request is refused (429) instead of queued without limit."""
+
+    def __init__(self, waiting: int):
+        super().__init__(f"{waiting} sequences are waiting")
+        self.waiting = waiting
 
 
 @dataclass
@@ -79,10 +91,11 @@ class BuiltinEngine:
     name = "builtin"
 
     def __init__(self, model, tokenizer, *, base_name: str, adapters: list[str], max_batch_size: int = 8,
-                 max_model_len: int = 2048, device=None):
+                 max_model_len: int = 2048, device=None, max_waiting: int = 128):
         self.model, self.tokenizer = model, tokenizer
         self.base_name, self.adapters = base_name, list(adapters)
         self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
+        self.max_waiting = max_waiting
         self.device = device
         self.is_peft = hasattr(model, "peft_config")
         eos = getattr(model, "generation_config", None)
@@ -127,6 +140,8 @@ class BuiltinEngine:
         seq = Sequence(next(self._ids), list(prompt_ids), params, adapter, sink, loop,
                        generator=make_generator(params.seed), outbox=self._outbox)
         with self._cond:
+            if len(self._waiting) >= self.max_waiting:
+                raise QueueFull(len(self._waiting))
             self._waiting.append(seq)
             self.stats["requests"] += 1
             self._cond.notify_all()
@@ -134,6 +149,10 @@ class BuiltinEngine:
 
     def load(self) -> dict:
         return {"active": len(self._active), "waiting": len(self._waiting)}
+
+    def has_room(self, n: int) -> bool:
+        """Whether `n` more sequences may wait now (the front door answers 429 otherwise)."""
+        return len(self._waiting) + n <= self.max_waiting
 
     # -- the loop ---------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -220,7 +239,11 @@ class BuiltinEngine:
             ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=dev)
             mask = torch.ones_like(ids)
             positions = torch.arange(ids.shape[1], device=dev).unsqueeze(0)
-            logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            try:  # a prompt the model cannot take fails its own request; the running batch is untouched
+                logits, cache = self._forward(ids, mask, positions, DynamicCache(), [seq.adapter])
+            except Exception as exc:
+                self._fail(seq, exc)
+                continue
             self._merge(cache, mask, [seq])
             self._sample(logits, [seq])
             self._flush()             # the first token goes out now, not after the other prompts
@@ -263,12 +286,24 @@ class BuiltinEngine:
 
         plain = [s.params.greedy and not s.params.penalised for s in seqs]
         # every plain greedy row in one argmax and one device->host copy, not a launch and a sync per row
-        picks: list[int] = torch.argmax(logits, dim=-1).tolist() if any(plain) else []
+        picks: list[int] = []
+        if any(plain):  # -1 marks a row with non-finite scores (still one device->host copy)
+            finite = torch.isfinite(logits).all(dim=-1)
+            best = torch.argmax(logits, dim=-1)
+            picks = torch.where(finite, best, torch.full_like(best, -1)).tolist()
         for row, seq in enumerate(seqs):
             if seq.done or seq.cancelled:
                 continue
-            token = picks[row] if plain[row] else sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids,
-                                                             seq.generator)
+            try:  # a row whose scores or settings are broken fails alone; the batch goes on
+                if plain[row]:
+                    token = picks[row]
+                    if token < 0:
+                        raise ValueError("the model's scores for this request are not finite (NaN/inf)")
+                else:
+                    token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+            except Exception as exc:
+                self._fail(seq, exc)
+                continue
             if token in self.eos_ids:
                 self._finish(seq, "stop")
                 continue
@@ -278,6 +313,12 @@ class BuiltinEngine:
             produced = len(seq.out_ids)
             if produced >= seq.params.max_tokens or len(seq.prompt_ids) + produced >= self.max_model_len:
                 self._finish(seq, "length")
+
+    def _fail(self, seq: Sequence, exc: Exception) -> None:
+        log.warning("sequence %d failed: %s: %s", seq.id, type(exc).__name__, exc)
+        self.stats["errors"] += 1
+        seq.done = True
+        seq.emit(("error", f"{type(exc).__name__}: {exc}"))
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.done = True

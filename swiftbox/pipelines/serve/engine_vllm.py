@@ -56,6 +56,9 @@ def lora_rank(adapter_dir: str) -> Optional[int]:
         return None
 
 
+KEY_ENV = "VLLM_API_KEY"
+
+
 def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str], dtype: str, port: int,
          internal_key: Optional[str] = None, executable: Optional[list[str]] = None,
          preset=None) -> VllmPlan:
@@ -66,8 +69,7 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", base_name,
             "--dtype", dtype if dtype in DTYPE_NAMES else "auto",
-            "--tensor-parallel-size", str(tp),
-            "--api-key", key]
+            "--tensor-parallel-size", str(tp)]
     if cfg.max_model_len:
         argv += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.trust_remote_code:
@@ -86,7 +88,8 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
         if ranks:
             need = max(ranks)
             argv += ["--max-lora-rank", str(next((r for r in LORA_RANKS if r >= need), need))]
-    env = platform.env_for(cfg.devices)
+    # the child's key travels in its environment (vLLM reads VLLM_API_KEY), never on argv where `ps` shows it
+    env = {**platform.env_for(cfg.devices), KEY_ENV: key}
     if platform.vllm_package != "vllm":
         notes.append(f"vLLM runs with the {platform.vllm_package} platform plugin")
     return VllmPlan(argv=argv, env=env, port=port, internal_key=key, model_names=[base_name, *loras],

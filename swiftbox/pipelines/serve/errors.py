@@ -9,15 +9,23 @@ import logging
 from typing import Optional
 
 log = logging.getLogger("swiftbox.serve")
+# a machine-readable code on every error, also where the raiser named none
+DEFAULT_CODES = {400: "invalid_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
+                 413: "request_too_large", 422: "invalid_value", 429: "queue_full", 500: "internal_error",
+                 503: "unavailable"}
 
 
 class ApiError(Exception):
     """Raise anywhere in a request; the app turns it into the OpenAI error body."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: Optional[str] = None, code: Optional[str] = None):
+                 param: Optional[str] = None, code: Optional[str] = None, headers: Optional[dict] = None):
         super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.status, self.message, self.type, self.param = status, message, type, param
+        self.code = code or DEFAULT_CODES.get(status)
+        self.headers = dict(headers or {})
+        if status == 401:
+            self.headers.setdefault("WWW-Authenticate", "Bearer")
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -39,6 +47,11 @@ def context_exceeded(prompt_tokens: int, max_tokens: int, limit: int) -> ApiErro
                     param="messages", code="context_length_exceeded")
 
 
+def queue_full(waiting: int, retry_after: int = 1) -> ApiError:
+    return ApiError(429, f"the server is busy ({waiting} requests waiting for a slot); retry shortly",
+                    type="rate_limit_error", code="queue_full", headers={"Retry-After": str(retry_after)})
+
+
 def from_validation(errors: list[dict]) -> ApiError:
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
@@ -54,8 +67,7 @@ def install_handlers(app) -> None:
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def respond(err: ApiError):
-        headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers or None)
 
     @app.exception_handler(ApiError)
     async def _api(request, exc: ApiError):
@@ -70,8 +82,7 @@ def install_handlers(app) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc: StarletteHTTPException):
-        kind = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
-        return respond(ApiError(exc.status_code, str(exc.detail), code=kind))
+        return respond(ApiError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
     async def _bug(request, exc: Exception):

@@ -28,7 +28,7 @@ class Guard:
             try:
                 too_big = int(length) > self.max_body
             except ValueError:
-                return await _reply(send, ApiError(400, "invalid Content-Length header"))
+                return await _reply(send, ApiError(400, "invalid Content-Length header", code="invalid_header"))
             if too_big:
                 return await _reply(send, _too_large(self.max_body))
         chunks, size = [], 0
@@ -73,7 +73,6 @@ def _too_large(limit: int) -> ApiError:
 async def _reply(send, err: ApiError) -> None:
     body = json.dumps(err.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if err.status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+    headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
     await send({"type": "http.response.start", "status": err.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -2,6 +2,8 @@
 
 Validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
 OpenAI's error shape before it reaches a model. Unknown fields are ignored, as OpenAI's own API does.
+Every number is finite and bounded (one request's settings must never be able to break a shared batch),
+and every string must be encodable as UTF-8 (a lone surrogate such as "\ud800" is refused, not a 500).
 """
 from __future__ import annotations
 
@@ -14,6 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 MAX_N = 8
 MAX_STOP = 4
+MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
+MAX_TOP_K = 1_000_000           # larger than any vocabulary
+
+
+def utf8(text: str) -> str:
+    """Refuse text that cannot be encoded (lone UTF-16 surrogates from JSON escapes like "\ud800")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode (lone surrogate at position {exc.start})") from None
+    return text
 
 
 class StreamOptions(BaseModel):
@@ -24,12 +37,12 @@ class StreamOptions(BaseModel):
 class SamplingFields(BaseModel):
     """Fields shared by chat and text completions (OpenAI names; top_k/repetition_penalty as extra body)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     model: str = Field(..., min_length=1, max_length=512)
-    max_tokens: Optional[int] = Field(None, ge=1)
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(-1, ge=-1)
+    top_k: int = Field(-1, ge=-1, le=MAX_TOP_K)
     n: int = Field(1, ge=1, le=MAX_N)
     stop: Optional[Union[str, list[str]]] = None
     seed: Optional[int] = Field(None, ge=-(2**63), lt=2**63)
@@ -37,7 +50,7 @@ class SamplingFields(BaseModel):
     stream_options: Optional[StreamOptions] = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(1.0, gt=0, le=10)
+    repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     user: Optional[str] = None
 
     @field_validator("stop")
@@ -50,7 +63,7 @@ class SamplingFields(BaseModel):
             raise ValueError(f"at most {MAX_STOP} stop sequences")
         if any(not s for s in stops):
             raise ValueError("stop sequences must be non-empty")
-        return stops
+        return [utf8(s) for s in stops]
 
     @property
     def include_usage(self) -> bool:
@@ -103,18 +116,18 @@ class ChatMessage(BaseModel):
         if self.content is None:
             return ""
         if isinstance(self.content, str):
-            return self.content
+            return utf8(self.content)
         parts = []
         for part in self.content:
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ValueError("only text content parts are supported")
             parts.append(part["text"])
-        return "".join(parts)
+        return utf8("".join(parts))
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
@@ -151,7 +164,7 @@ class CompletionRequest(SamplingFields):
             value = value[0]
         if not value:
             raise ValueError("prompt must be non-empty")
-        return value
+        return utf8(value)
 
 
 def new_id(prefix: str) -> str:

@@ -2,6 +2,7 @@
 
 One row of logits per sequence; each sequence carries its own settings and, when it asked for a
 seed, its own torch.Generator - so a seeded request gives the same answer whatever else is batched.
+A row whose scores are not finite raises `NonFiniteLogits`; the engine fails that request alone.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ class SamplingParams:
     @property
     def penalised(self) -> bool:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1.0
+
+
+class NonFiniteLogits(ValueError):
+    """The scores of one sequence became NaN/inf (a model fault or extreme settings): that request fails."""
 
 
 def make_generator(seed: Optional[int]):
@@ -57,8 +62,10 @@ def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: l
             ids = ids.to(logits.device)
             logits[ids] -= params.frequency_penalty * counts.to(logits.device, logits.dtype) + params.presence_penalty
     if params.greedy:
+        _check_finite(logits)
         return int(torch.argmax(logits))
     logits = logits / params.temperature
+    _check_finite(logits)
     if params.top_k > 0 and params.top_k < logits.numel():
         kth = torch.topk(logits, params.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -71,3 +78,11 @@ def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: l
         choice = torch.multinomial(sorted_p.cpu(), 1, generator=generator)
         return int(order[int(choice)])
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+def _check_finite(logits) -> None:
+    """-inf is a masked token and fine; NaN or +inf would make argmax/multinomial meaningless or raise."""
+    import torch
+
+    if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
+        raise NonFiniteLogits("the next-token scores are not finite (NaN/inf); check the sampling settings")

@@ -193,6 +193,9 @@ def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
         raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
                         "instead - swiftbox runs torchrun itself and prints the command")
     if not needs_launch(cfg, ctx):
+        if getattr(cfg, "fsdp", None):
+            raise UserError(f"fsdp: {cfg.fsdp!r} shards the model across processes, and this step runs one; "
+                            "set devices: 2 or more, or drop fsdp")
         return None
     return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
 
