@@ -71,7 +71,10 @@ def run_all(engine, requests: list[tuple[list[int], SamplingParams]]):
 ])
 def test_poisoned_request_fails_alone(toy_parts, poison):
     tok = toy_parts[1]
-    prompts = [tok(p)["input_ids"] for p in ("Is 12 even?", "Is 7 odd? Answer:", "The number 40 is", "Hello")]
+    # prompts the pretrained toy continues for all 12 tokens (a prompt it answers with EOS at once would end
+    # the poisoned request before its settings ever touch a score)
+    texts = ("First Citizen:\nBefore we proceed any further, hear me", "Is 7 odd? Answer:", "The number 40 is", "Hello")
+    prompts = [tok(p)["input_ids"] for p in texts]
     innocents = [(prompts[0], SamplingParams(max_tokens=12, temperature=0.0)),
                  (prompts[1], SamplingParams(max_tokens=12, temperature=1.0, seed=7)),
                  (prompts[2], SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=3)),
