@@ -32,16 +32,24 @@ class Counts:
 
 def token_spans(tokenizer, text: str, spans: list[Span]) -> tuple[list[int], list[int]]:
     """Token ids of `text` and, per token, the index of the span it starts in (-1 outside every span).
-    Fast tokenizers: one pass with offsets. Slow ones (remote-code tokenizers): span by span."""
+    Fast tokenizers: one pass with offsets, kept when every span boundary falls between tokens. Slow ones
+    (remote-code tokenizers), and a merge across a boundary (a reply's last characters fused with plain template
+    text after it, e.g. `.<|` when `<|user|>` is not a special token): span by span, so the labels hold exactly
+    the reply's characters and never a piece of the template around it."""
     bounds = sorted((s.start, s.end) for s in spans)
     if getattr(tokenizer, "is_fast", False):
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        owner, k = [], 0
-        for start, _end in enc["offset_mapping"]:
+        owner, k, straddles = [], 0, False
+        for start, end in enc["offset_mapping"]:
             while k < len(bounds) and start >= bounds[k][1]:
                 k += 1
-            owner.append(k if k < len(bounds) and bounds[k][0] <= start < bounds[k][1] else -1)
-        return list(enc["input_ids"]), owner
+            inside = k < len(bounds) and bounds[k][0] <= start < bounds[k][1]
+            owner.append(k if inside else -1)
+            crosses_end = inside and end > bounds[k][1]
+            crosses_start = not inside and k < len(bounds) and start < bounds[k][0] < end
+            straddles = straddles or crosses_end or crosses_start
+        if not straddles:
+            return list(enc["input_ids"]), owner
     ids, owner, pos = [], [], 0
     for k, (start, end) in enumerate(bounds):
         for piece, who in ((text[pos:start], -1), (text[start:end], k)):
