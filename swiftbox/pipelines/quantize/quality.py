@@ -28,7 +28,7 @@ COMPANIONS: dict[str, str] = {"gptq": "{m}.scales", "awq": "{m}.scales", "bnb-4"
 
 # documented tolerances (docs/export.md), by bits; the step's `tolerance:` overrides any of them
 DEFAULT_TOLERANCES: dict[int, dict[str, float]] = {
-    4: {"min_cosine": 0.95, "min_argmax_agreement": 0.8, "max_perplexity_ratio": 1.25, "max_accuracy_drop": 0.05,
+    4: {"min_cosine": 0.95, "min_argmax_agreement": 0.65, "max_perplexity_ratio": 1.25, "max_accuracy_drop": 0.05,
         "max_size_ratio": 0.6},
     8: {"min_cosine": 0.99, "min_argmax_agreement": 0.9, "max_perplexity_ratio": 1.05, "max_accuracy_drop": 0.05,
         "max_size_ratio": 0.8},
