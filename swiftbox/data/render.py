@@ -188,11 +188,18 @@ def end_of_turn(tokenizer, **kw) -> str:
     return _memo("eot", tokenizer, kw, lambda: _end_of_turn(tokenizer, **kw))
 
 
-def _end_of_turn(tokenizer, **kw) -> str:
+def _ping_pong(tokenizer, **kw) -> str:
+    """The template's render of one user turn (PING) and one reply (PONG); '' when it refuses to render."""
     probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
     try:
-        text = render(tokenizer, probe, **kw)
+        return render(tokenizer, probe, **kw)
     except UserError:
+        return ""
+
+
+def _end_of_turn(tokenizer, **kw) -> str:
+    text = _ping_pong(tokenizer, **kw)
+    if not text:
         return ""
     at = text.rfind("PONG")
     trailer = text[at + 4:] if at >= 0 else ""
@@ -264,10 +271,8 @@ def _user_closing(tokenizer, **kw) -> str:
 
 
 def _closing(tokenizer, **kw) -> str:
-    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
-    try:
-        text = render(tokenizer, probe, **kw)
-    except UserError:
+    text = _ping_pong(tokenizer, **kw)
+    if not text:
         return ""
     a, b = text.rfind("PING"), text.rfind("PONG")
     return text[a + 4:b] if 0 <= a < b else ""
