@@ -8,6 +8,13 @@ the baseline pads every batch to its longest row. Prints ONE JSON line: non-padd
 (timed from the end of the first, warm-up, step), peak memory of each, and `ratio` = swiftbox / baseline.
 
     ./launch.sh bench sft [--layers 24] [--steps 4] [--batch 8] [--rows 256] [--seed 0]
+
+`--peers` runs the peer comparison instead (bench/peers/): the same LoRA job on LLaMA-Factory's demo data by
+swiftbox's defaults, a plain HF Trainer, ms-swift and LLaMA-Factory (installed on demand into venvs under
+~/.cache/swiftbox/peers/), each in its own process, interleaved round by round; ONE JSON line with medians and
+spreads, `vs_best_peer` and `vs_hf`:
+
+    ./launch.sh bench sft --peers [--method sft|dpo] [--rounds 3] [--quick] [--sides swiftbox,hf,ms-swift,...]
 """
 from __future__ import annotations
 
@@ -162,7 +169,25 @@ def profile_side(build_trainer) -> None:
     trainer.train()
 
 
-def main() -> None:
+def peers_main(opts) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from peers import run, stats
+
+    try:
+        sides = stats.parse_sides(opts.sides, opts.method)
+        if opts.rounds is not None and opts.rounds < 1:
+            raise ValueError("--rounds must be at least 1")
+        if opts.peer_rows is not None and opts.peer_rows < 9:
+            raise ValueError("--peer-rows must be at least 9 (one warm-up batch of 8, then timed ones)")
+    except ValueError as exc:
+        print(f"bench sft: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(run.main(opts.method, opts.rounds, ",".join(sides), opts.quick, opts.peer_rows)))
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="decoder layers (real: 24)")
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per side (the first is warm-up)")
@@ -171,7 +196,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
     ap.add_argument("--profile", action="store_true", help="swiftbox side only, torch.profiler tables on stderr")
-    opts = ap.parse_args()
+    ap.add_argument("--peers", action="store_true", help="the peer comparison (bench/peers/) instead")
+    ap.add_argument("--method", choices=["sft", "dpo"], default="sft", help="--peers: which job")
+    ap.add_argument("--rounds", type=int, default=None, help="--peers: interleaved rounds (default 3; --quick 1)")
+    ap.add_argument("--quick", action="store_true", help="--peers: 64 rows / 16 pairs, one round")
+    ap.add_argument("--peer-rows", type=int, default=None, help="--peers: train on the first N rows / pairs only")
+    ap.add_argument("--sides", default=None, help="--peers: comma list (swiftbox,hf,ms-swift,llamafactory; "
+                    "swiftbox+FLAG runs a swiftbox variant)")
+    opts = ap.parse_args(argv)
+    if opts.peers:
+        return peers_main(opts)
+    if opts.method != "sft" or opts.quick or opts.rounds is not None or opts.sides or opts.peer_rows:
+        ap.error("--method, --rounds, --quick, --sides and --peer-rows go with --peers")
 
     import tempfile
 

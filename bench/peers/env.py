@@ -8,7 +8,7 @@ install instead of replacing it. Everything the peer pins differently (transform
 the peer's own site-packages, which comes first on its sys.path. A marker file records what was installed;
 a second call is a no-op.
 
-    python bench/peer_env.py install [ms-swift] [llamafactory]     # logs to the venv's install.log
+    python bench/peers/env.py install [ms-swift] [llamafactory]     # logs to the venv's install.log
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from pathlib import Path
 # what each peer is installed from (PyPI names, exact versions: the table in docs/benchmarks.md names them)
 PEERS: dict[str, list[str]] = {
     "ms-swift": ["ms-swift==4.6.0"],
-    "llamafactory": ["llamafactory==0.9.5"],
+    # its peft (0.18) imports a torchao symbol that the torchao installed here (0.18) no longer has
+    "llamafactory": ["llamafactory==0.9.5", "torchao==0.14.1"],
 }
 
 
@@ -73,18 +74,33 @@ def install(name: str, log=sys.stderr) -> Path:
         try:
             if not python_of(name).exists():
                 sh(sys.executable, "-m", "venv", str(root))
-            site = subprocess.run([str(python_of(name)), "-c", "import sysconfig;print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip()
+            probe = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+            site = subprocess.run([str(python_of(name)), "-c", probe], capture_output=True, text=True,
+                                  check=True).stdout.strip()
             # appended after the venv's own site-packages: the peer's pins win, torch comes from here
             Path(site, "swiftbox_base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
             constraints = root / "constraints.txt"
             constraints.write_text(f"torch=={torch_version()}\n")
             sh(str(python_of(name)), "-m", "pip", "install", "-c", str(constraints), *PEERS[name])
+            drop_broken_extensions(name, sh)
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"installing {name} failed ({exc.returncode}); see {logfile}") from exc
     (root / "installed.json").write_text(json.dumps({"requirements": PEERS[name], "torch": torch_version()}))
     print(f"peer {name}: installed into {root}", file=log)
     return python_of(name)
+
+
+# torch extensions a peer may pull from the index: their PyPI wheels are built against the index's (CUDA) torch, so
+# next to this torch they fail to load - and transformers then fails to import Trainer. Text training needs none.
+TORCH_EXTENSIONS = ("torchvision", "torchaudio")
+
+
+def drop_broken_extensions(name: str, sh) -> None:
+    for pkg in TORCH_EXTENSIONS:
+        probe = subprocess.run([str(python_of(name)), "-c", f"import {pkg}"], capture_output=True)
+        found = subprocess.run([str(python_of(name)), "-m", "pip", "show", "-q", pkg], capture_output=True)
+        if probe.returncode and found.returncode == 0:
+            sh(str(python_of(name)), "-m", "pip", "uninstall", "-y", pkg)
 
 
 if __name__ == "__main__":
