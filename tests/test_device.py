@@ -80,7 +80,10 @@ def test_capability_refusals_name_an_alternative(monkeypatch):
         cpu.supports("warp-drive")
 
 
-def test_cpu_defaults():
+def test_cpu_defaults(monkeypatch):
+    from swiftbox.device import cpu as cpu_module
+
+    monkeypatch.setattr(cpu_module, "native_bf16_flags", lambda flags=None: [])
     cpu = CpuPlatform()
     assert cpu.default_dtype() == "float32"
     assert cpu.training_args("float32")["use_cpu"] is True
@@ -128,3 +131,23 @@ def test_vllm_tensor_parallel_follows_devices():
                  dtype="bfloat16", port=1, executable=["vllm"])
         assert p.argv[p.argv.index("--tensor-parallel-size") + 1] == tp
         assert p.env["CUDA_VISIBLE_DEVICES"] == visible
+
+
+AMD_EPYC_AVX2 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma\n"
+SAPPHIRE_RAPIDS = "processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd bf16 sve\n"
+
+
+def test_native_bf16_is_read_from_cpu_flags(monkeypatch):
+    """bf16 becomes the CPU default only with a native bf16 matmul unit (AMX / AVX512-BF16)."""
+    from swiftbox.device import cpu as cpu_module
+
+    assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(AMD_EPYC_AVX2)) == []
+    assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(SAPPHIRE_RAPIDS)) == ["amx_bf16", "avx512_bf16"]
+    assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(GRAVITON3)) == []     # ARM bf16: not detected (yet)
+    assert cpu_module.cpu_flags("no flags line") == set()
+    real = cpu_module.cpu_flags
+    for text, dtype in ((AMD_EPYC_AVX2, "float32"), (SAPPHIRE_RAPIDS, "bfloat16")):
+        monkeypatch.setattr(cpu_module, "cpu_flags", lambda cpuinfo=None, t=text: real(t))
+        assert CpuPlatform().default_dtype() == dtype
+        assert CpuPlatform().training_args(dtype)["bf16"] is (dtype == "bfloat16")
