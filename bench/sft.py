@@ -3,7 +3,7 @@
 Same random-weight model in the Qwen2.5-0.5B shape (built locally from a config, no download; `--layers`
 scales the depth down for a quick run - the JSON says which), same LoRA config (rank 8, all-linear), same
 length-skewed rows (16..512 tokens, most short), same seed, batch size and steps. swiftbox runs its own
-trainer construction (swiftbox.pipelines.sft.make_trainer: TRL SFTTrainer, padding-free flattened batches);
+trainer construction (swiftbox.pipelines.sft.make_trainer: TRL SFTTrainer, the device's default batching);
 the baseline pads every batch to its longest row. Prints ONE JSON line: non-padding tokens/s of each side
 (timed from the end of the first, warm-up, step), peak memory of each, and `ratio` = swiftbox / baseline.
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     platform = current_platform(opts.device)
     dtype = platform.resolve_dtype("auto")
     cfg = SftStep(dataset="bench", max_steps=opts.steps, batch_size=opts.batch, learning_rate=1e-4, seed=opts.seed,
-                  save_steps=10 ** 6, logging_steps=10 ** 6, max_length=512, packing=True)
+                  save_steps=10 ** 6, logging_steps=10 ** 6, max_length=512)   # batching: the default
     shape = dict(QWEN25_05B, num_hidden_layers=opts.layers)
     torch.manual_seed(opts.seed)
     base = Qwen2ForCausalLM(Qwen2Config(**shape, pad_token_id=0)).to(torch_dtype(dtype)).to(platform.torch_device())

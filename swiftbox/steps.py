@@ -179,8 +179,10 @@ class TrainBase(StepBase):
 class SftStep(TrainBase):
     """supervised fine-tuning: LoRA / QLoRA / DoRA / full"""
 
-    packing: bool = Field(True, description="padding-free packing of samples")
-    group_by_length: bool = Field(False, description="batch samples of similar length together")
+    packing: Optional[bool] = Field(None, description="padding-free packing of samples; default: the device's "
+                                    "measured fastest mode (packing on every device so far)")
+    group_by_length: Optional[bool] = Field(None, description="batch samples of similar length together; default: "
+                                            "on when batches are padded")
 
 
 class DpoStep(TrainBase):

@@ -132,6 +132,13 @@ class Platform:
         """Keyword arguments for `transformers.TrainingArguments` on this platform."""
         return {"bf16": dtype == "bfloat16", "fp16": dtype == "float16"}
 
+    # -- training speed --------------------------------------------------------------------
+    def sft_batching(self) -> str:
+        """SFT's default batching here: "packing" (padding-free, one flattened row per batch) or "grouped" (padded
+        rows of similar length). Chosen by `bench sft --peers` per device (docs/training.md); packing pays where
+        attention runs per sample on the flattened row (varlen flash attention), not with a dense block mask."""
+        return "packing"
+
     # -- capabilities ----------------------------------------------------------------------
     def _package_for(self, feature: str) -> str | None:
         if feature == "vllm":

@@ -68,7 +68,9 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
             metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
-    metrics.update(steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
+    packing, grouped = batching(cfg, ctx.platform)
+    metrics.update(batching="packing" if packing else ("padded, grouped by length" if grouped else "padded"),
+                   steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
                    train_seconds=round(seconds, 2),
                    tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
                    total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
@@ -89,13 +91,14 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
     from swiftbox.training import callbacks
     from swiftbox.training.arguments import common_args
 
+    packing, grouped = batching(cfg, ctx.platform)
     args = SFTConfig(
         **common_args(cfg, ctx, dtype, ckpt_dir),
-        padding_free=cfg.packing,                  # flatten each batch: no pad tokens, per-sample position_ids
+        padding_free=packing,                      # flatten each batch: no pad tokens, per-sample position_ids
         packing=False,
-        max_length=None if cfg.packing else cfg.max_length,   # rows are already truncated by data.tokenize_sft
+        max_length=None if packing else cfg.max_length,   # rows are already truncated by data.tokenize_sft
         dataset_kwargs={"skip_prepare_dataset": True},
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        train_sampling_strategy="group_by_length" if grouped else "random",
         eval_strategy="epoch" if evals else "no",
     )
     trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer,
@@ -104,6 +107,14 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
                          callbacks=extra_callbacks)
     callbacks.quiet(trainer)
     return trainer
+
+
+def batching(cfg: SftStep, platform) -> tuple[bool, bool]:
+    """(packing, group_by_length): what the step says, else the platform's measured default; grouping by length
+    defaults on exactly when batches are padded (a flattened batch has no padding to save)."""
+    packing = cfg.packing if cfg.packing is not None else platform.sft_batching() == "packing"
+    grouped = cfg.group_by_length if cfg.group_by_length is not None else not packing
+    return packing, grouped
 
 
 def _with_length(rows):
