@@ -155,6 +155,19 @@ def run_llamafactory(method: str, model: str, data: str, work: Path, extra: list
     run_exp(args)
 
 
+def ms_swift_pairs(data: str, work: Path) -> str:
+    """The ShareGPT ranking pairs in ms-swift's own DPO format (`messages` ending in the chosen reply, plus
+    `rejected_response`): the same texts, the layout its preprocessor reads."""
+    roles = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
+    out = work / "pairs-ms-swift.jsonl"
+    with open(out, "w") as fh:
+        for row in json.loads(Path(data).read_text()):
+            messages = [{"role": roles[m["from"]], "content": m["value"]} for m in row["conversations"]]
+            messages.append({"role": "assistant", "content": row["chosen"]["value"]})
+            fh.write(json.dumps({"messages": messages, "rejected_response": row["rejected"]["value"]}) + "\n")
+    return str(out)
+
+
 def run_ms_swift(method: str, model: str, data: str, work: Path, extra: list[str]) -> None:
     argv = ["--model", model, "--model_type", "qwen2", "--template", "qwen2_5", "--dataset", data,
             "--tuner_type", "lora", "--lora_rank", str(JOB["rank"]), "--lora_alpha", str(JOB["alpha"]),
@@ -167,6 +180,8 @@ def run_ms_swift(method: str, model: str, data: str, work: Path, extra: list[str
             "0", "--dataset_num_proc", "1", "--dataloader_num_workers", "0", "--use_cpu", "true"]
     if method == "dpo":
         from swift import rlhf_main
+
+        argv[argv.index("--dataset") + 1] = ms_swift_pairs(data, work)
 
         rlhf_main(["--rlhf_type", "dpo", "--beta", str(JOB["beta"]), *argv, *extra])
     else:
