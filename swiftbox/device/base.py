@@ -139,6 +139,15 @@ class Platform:
         attention runs per sample on the flattened row (varlen flash attention), not with a dense block mask."""
         return "packing"
 
+    def attn_implementation(self, packed: bool) -> str:
+        """transformers' attention kernel for training. Packed (padding-free) batches need a variable-length kernel
+        to attend per sample without a dense block mask; SDPA is the portable default."""
+        return "sdpa"
+
+    def training_kernels(self) -> dict[str, Any]:
+        """Extra `TrainingArguments` that swap fused kernels into the model (none by default)."""
+        return {}
+
     # -- capabilities ----------------------------------------------------------------------
     def _package_for(self, feature: str) -> str | None:
         if feature == "vllm":

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from swiftbox.device.base import DeviceMemory, Platform, Refusal
+from swiftbox.device.base import DeviceMemory, Platform, Refusal, _importable
 
 FP8_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have FP8 tensor cores
 
@@ -16,6 +17,20 @@ class CudaPlatform(Platform):
     default_env = {}
     refusals = {}
     profiler_activities = ("CPU", "CUDA")
+
+    # Liger's Triton kernels transformers applies to the model (Trainer's use_liger_kernel). Its fused linear
+    # cross-entropy stays off: TRL's trainers put their own chunked LM head on the model and refuse it.
+    LIGER = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
+             "fused_linear_cross_entropy": False}
+
+    def attn_implementation(self, packed: bool) -> str:
+        # flash-attn's varlen kernel attends within each packed sample (cu_seqlens from position_ids)
+        return "flash_attention_2" if packed and _importable("flash_attn") else "sdpa"
+
+    def training_kernels(self) -> dict[str, Any]:
+        if not _importable("liger_kernel"):
+            return {}
+        return {"use_liger_kernel": True, "liger_kernel_config": dict(self.LIGER)}
 
     @classmethod
     def is_available(cls) -> bool:

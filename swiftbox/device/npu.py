@@ -59,6 +59,12 @@ class NpuPlatform(Platform):
     vllm_package = "vllm_ascend"
     vllm_quantizations = ()  # vllm-ascend's quantized path is msModelSlim W8A8/W4A8, not GPTQ/AWQ/bnb/FP8 files
     vllm_quantization_instead = "serve the merged model, or quantize with msModelSlim (W8A8) for vllm-ascend"
+
+    def attn_implementation(self, packed: bool) -> str:
+        # transformers maps flash_attention_2 on Ascend to torch_npu.npu_fusion_attention (integrations/
+        # npu_flash_attention.py); a packed batch goes through its varlen form (input_layout "TND", cumulative
+        # sequence lengths from position_ids), so samples never attend across each other and no mask is built
+        return "flash_attention_2" if packed else "sdpa"
     refusals = {
         "qlora-bnb": Refusal(
             "bitsandbytes has no released Ascend backend, so 4-bit QLoRA cannot load",

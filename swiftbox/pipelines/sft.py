@@ -68,6 +68,8 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
             metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
+    from swiftbox.training.arguments import batching
+
     packing, grouped = batching(cfg, ctx.platform)
     metrics.update(batching="packing" if packing else ("padded, grouped by length" if grouped else "padded"),
                    steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
@@ -89,7 +91,7 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
     from trl import SFTConfig, SFTTrainer
 
     from swiftbox.training import callbacks
-    from swiftbox.training.arguments import common_args
+    from swiftbox.training.arguments import batching, common_args
 
     packing, grouped = batching(cfg, ctx.platform)
     args = SFTConfig(
@@ -107,14 +109,6 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
                          callbacks=extra_callbacks)
     callbacks.quiet(trainer)
     return trainer
-
-
-def batching(cfg: SftStep, platform) -> tuple[bool, bool]:
-    """(packing, group_by_length): what the step says, else the platform's measured default; grouping by length
-    defaults on exactly when batches are padded (a flattened batch has no padding to save)."""
-    packing = cfg.packing if cfg.packing is not None else platform.sft_batching() == "packing"
-    grouped = cfg.group_by_length if cfg.group_by_length is not None else not packing
-    return packing, grouped
 
 
 def _with_length(rows):

@@ -10,6 +10,17 @@ from pathlib import Path
 from swiftbox.training.distributed.args import training_arguments_extra
 
 
+def batching(cfg, platform) -> tuple[bool, bool]:
+    """(packing, group_by_length) of an SFT step: what the step says, else the platform's measured default;
+    grouping by length defaults on exactly when batches are padded (a flattened batch has no padding to save).
+    Steps without packing (DPO) are padded and ungrouped."""
+    if not hasattr(cfg, "packing"):
+        return False, bool(getattr(cfg, "group_by_length", False))
+    packing = cfg.packing if cfg.packing is not None else platform.sft_batching() == "packing"
+    grouped = cfg.group_by_length if cfg.group_by_length is not None else not packing
+    return packing, grouped
+
+
 def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
     return dict(
         output_dir=str(checkpoints),
@@ -38,5 +49,6 @@ def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
         dataloader_num_workers=0,
         remove_unused_columns=False,
         **ctx.platform.training_args(dtype),
+        **ctx.platform.training_kernels(),                # fused kernels where installed (CUDA: Liger)
         **training_arguments_extra(cfg, ctx.platform),   # ddp backend, deepspeed / fsdp
     )

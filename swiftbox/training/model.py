@@ -76,8 +76,10 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
     # bf16 weights AdamW's small updates round away (on an H100 the quickstart's SFT stalled at 0.53 accuracy
     # where float32 reaches 1.0), and fp16 weights cannot be unscaled at all. Adapters are float32 already (PEFT).
     master = cfg.method == "full" and dtype in ("bfloat16", "float16")
+    from swiftbox.training.arguments import batching
+
     kwargs = dict(dtype=torch_dtype("float32" if master else dtype), trust_remote_code=cfg.trust_remote_code,
-                  use_safetensors=True)
+                  use_safetensors=True, attn_implementation=platform.attn_implementation(batching(cfg, platform)[0]))
     device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP
     if device_map is not None:
         kwargs["device_map"] = device_map
