@@ -118,3 +118,15 @@ def test_peer_flags_need_peers():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sft.py"), "--method", "dpo"], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and "go with --peers" in proc.stderr
+
+
+def test_row_count_pairs_once_and_packed_segments(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(job, "METHOD", "dpo")
+    concatenated = {"input_ids": torch.zeros(6, 5, dtype=torch.long), "completion_mask": torch.ones(6, 5)}
+    assert job.count_rows(concatenated) == 3                     # chosen and rejected stacked: 3 pairs
+    assert job.count_rows({"chosen_input_ids": torch.zeros(4, 7)}) == 4
+    monkeypatch.setattr(job, "METHOD", "sft")
+    packed = {"input_ids": torch.zeros(1, 6, dtype=torch.long), "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0]])}
+    assert job.count_rows(packed) == 3
+    assert job.count_rows({"input_ids": torch.zeros(8, 4, dtype=torch.long)}) == 8

@@ -32,6 +32,7 @@ JOB = dict(batch=8, lr=1e-4, epochs=1, max_length=512, rank=8, alpha=16, dropout
            beta=0.1)
 
 
+METHOD = "sft"        # set from --method
 PAD_ID = 0            # the toy tokenizer's <|endoftext|>, the model config's pad_token_id
 NOTES: list[str] = []
 
@@ -42,6 +43,7 @@ class Probe:
     def __init__(self) -> None:
         self.stamps: list[float] = []
         self.tokens: list[int] = []
+        self.rows: list[int] = []
         self.trainers: list = []
 
     def summary(self) -> dict:
@@ -49,6 +51,7 @@ class Probe:
             return {"steps": len(self.stamps), "error": "fewer than two training micro-steps"}
         seconds = self.stamps[-1] - self.stamps[0]
         tokens = sum(self.tokens[1:])
+        rows = sum(self.rows[1:])
         loss, loss_kind = None, None
         if self.trainers:
             history = self.trainers[-1].state.log_history
@@ -56,7 +59,8 @@ class Probe:
             means = [h["train_loss"] for h in history if "train_loss" in h]
             loss, loss_kind = (logged[-1], "last logged") if logged else (means[-1] if means else None, "run mean")
         return {"micro_steps": len(self.stamps), "train_seconds": round(seconds, 3), "train_tokens": tokens,
-                "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+                "tokens_per_s": round(tokens / max(seconds, 1e-9), 1), "timed_rows": rows,
+                "rows_trained": sum(self.rows),
                 "s_per_step": round(seconds / (len(self.stamps) - 1), 3), "final_loss": loss,
                 "final_loss_is": loss_kind,
                 "losses": [round(h["loss"], 4) for t in self.trainers[-1:] for h in t.state.log_history if "loss" in h]}
@@ -73,6 +77,23 @@ def count_tokens(inputs) -> int:
     return int(sum(int(v.numel()) for v in ids))
 
 
+def count_rows(inputs) -> int:
+    """Samples in one batch - a DPO pair counts once: trainers that concatenate chosen and rejected along the batch
+    (TRL 1.x, LLaMA-Factory) carry 2 rows per pair; TRL 0.x-style batches carry `chosen_input_ids`. Packed SFT
+    rows count their segments (position_ids restarting at 0)."""
+    if "chosen_input_ids" in inputs:
+        return int(inputs["chosen_input_ids"].shape[0])
+    ids = inputs.get("input_ids")
+    if ids is None:
+        return 0
+    if "completion_mask" in inputs or "ref_chosen_logps" in inputs or METHOD == "dpo":
+        return int(ids.shape[0]) // 2
+    pos = inputs.get("position_ids")
+    if pos is not None and ids.shape[0] == 1:
+        return int(pos.eq(0).sum())
+    return int(ids.shape[0])
+
+
 def install_probe(probe: Probe) -> None:
     import transformers
 
@@ -87,6 +108,7 @@ def install_probe(probe: Probe) -> None:
             out = step(model, inputs, *a, **kw)
             probe.stamps.append(time.perf_counter())
             probe.tokens.append(count_tokens(inputs))
+            probe.rows.append(count_rows(inputs))
             return out
 
         self.training_step = training_step
@@ -228,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("extra", nargs="*", help="framework arguments after --")
     opts = ap.parse_args(argv)
     work = Path(opts.work)
+    global METHOD
+    METHOD = opts.method
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     probe = Probe()

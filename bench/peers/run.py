@@ -89,10 +89,11 @@ def run_one(side: str, method: str, model: Path, data: Path, work: Path, rows: i
                 "process_s": round(time.perf_counter() - started, 1)}
     result = json.loads(found[-1].removeprefix("PEER_RESULT "))
     result["process_s"] = round(time.perf_counter() - started, 1)
-    batch = 8
     if result.get("train_seconds"):
-        per_s = max(rows - batch, 0) / result["train_seconds"]
-        result["pairs_per_s" if method == "dpo" else "rows_per_s"] = round(per_s, 3)
+        timed = result.get("timed_rows")
+        if timed is None:     # a job without the row count: every row but the warm-up batch of 8
+            timed = max(rows - 8, 0)
+        result["pairs_per_s" if method == "dpo" else "rows_per_s"] = round(timed / result["train_seconds"], 3)
     print(f"[bench] {side}: {result.get(stats.PRIMARY[method])} {stats.PRIMARY[method]}, "
           f"{result.get('s_per_step')} s/step, loss {result.get('final_loss')}", file=log, flush=True)
     return result
