@@ -70,10 +70,12 @@ def test_summary_shape_failures_and_memory():
     json.dumps(out)                                    # one JSON line: everything serialisable
 
 
-def test_dpo_is_compared_on_pairs_per_second():
-    rows = [{"round": 0, "side": "swiftbox", "pairs_per_s": 2.0}, {"round": 0, "side": "ms-swift", "pairs_per_s": 1.0}]
+def test_dpo_is_compared_on_tokens_per_second_with_pairs_alongside():
+    rows = [{"round": 0, "side": "swiftbox", "tokens_per_s": 200.0, "pairs_per_s": 0.5},
+            {"round": 0, "side": "ms-swift", "tokens_per_s": 100.0, "pairs_per_s": 1.0}]
     out = stats.summary(rows, ["swiftbox", "ms-swift"], "dpo")
-    assert out["metric"] == "pairs_per_s" and out["vs_best_peer"]["median"] == 2.0 and out["vs_hf"] is None
+    assert out["metric"] == "tokens_per_s" and out["vs_best_peer"]["median"] == 2.0 and out["vs_hf"] is None
+    assert out["sides"]["swiftbox"]["per_s"]["median"] == 0.5
 
 
 def test_token_count_padded_padding_free_and_block_mask():
