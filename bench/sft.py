@@ -184,6 +184,9 @@ def peers_main(opts) -> None:
     except ValueError as exc:
         print(f"bench sft: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if opts.collect:
+        print(json.dumps(run.collect(Path(opts.collect), opts.method, sides)))
+        return
     print(json.dumps(run.main(opts.method, opts.rounds, ",".join(sides), opts.quick, opts.peer_rows)))
 
 
@@ -200,14 +203,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--method", choices=["sft", "dpo"], default="sft", help="--peers: which job")
     ap.add_argument("--rounds", type=int, default=None, help="--peers: interleaved rounds (default 3; --quick 1)")
     ap.add_argument("--quick", action="store_true", help="--peers: 64 rows / 16 pairs, one round")
+    ap.add_argument("--collect", default=None, help="--peers: summarise an interrupted run's directory instead")
     ap.add_argument("--peer-rows", type=int, default=None, help="--peers: train on the first N rows / pairs only")
     ap.add_argument("--sides", default=None, help="--peers: comma list (swiftbox,hf,ms-swift,llamafactory; "
                     "swiftbox+FLAG runs a swiftbox variant)")
     opts = ap.parse_args(argv)
     if opts.peers:
         return peers_main(opts)
-    if opts.method != "sft" or opts.quick or opts.rounds is not None or opts.sides or opts.peer_rows:
-        ap.error("--method, --rounds, --quick, --sides and --peer-rows go with --peers")
+    if opts.method != "sft" or opts.quick or opts.rounds is not None or opts.sides or opts.peer_rows or opts.collect:
+        ap.error("--method, --rounds, --quick, --sides, --peer-rows and --collect go with --peers")
 
     import tempfile
 

@@ -158,6 +158,25 @@ def main(method: str, rounds: int | None, sides_text: str | None, quick: bool, r
     return out
 
 
+def collect(work: Path, method: str, sides: list[str]) -> dict:
+    """The summary of an interrupted run, from the PEER_RESULT lines its side directories hold (r<round>-<side>)."""
+    results = []
+    names = {side.replace("+", "_").replace("-", "_"): side for side in sides}
+    for side_dir in sorted(work.glob("r*-*")):
+        r, _, name = side_dir.name[1:].partition("-")
+        log = side_dir / "stdout.log"
+        found = [line for line in log.read_text().splitlines() if line.startswith("PEER_RESULT ")] \
+            if log.is_file() else []
+        if name in names and found:
+            result = json.loads(found[-1].removeprefix("PEER_RESULT "))
+            if result.get("train_seconds") and result.get("timed_rows") is not None:
+                key = "pairs_per_s" if method == "dpo" else "rows_per_s"
+                result[key] = round(result["timed_rows"] / result["train_seconds"], 3)
+            results.append({"round": int(r), "side": names[name], **result})
+    return {"bench": "sft-peers", "method": method, "collected_from": str(work), "versions": versions(sides),
+            **stats.summary(results, sides, method), "runs": results}
+
+
 def _job() -> dict:
     from peers.job import JOB
 

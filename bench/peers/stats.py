@@ -79,7 +79,8 @@ def summary(results: list[dict], sides: list[str], method: str) -> dict:
     out["vs_best_peer"] = median_spread(per_round_ratio(results, "swiftbox", peers, metric)) if peers else None
     out["vs_hf"] = median_spread(per_round_ratio(results, "swiftbox", ["hf"], metric)) if "hf" in sides else None
     rss = {s: out["sides"][s]["peak_rss_gb"]["median"] for s in sides}
-    best_peer = max(peers, key=lambda s: out["sides"][s][metric]["median"] or 0, default=None)
+    measured = [s for s in peers if out["sides"][s][metric]["median"]]
+    best_peer = max(measured, key=lambda s: out["sides"][s][metric]["median"], default=None)
     out["best_peer"] = best_peer
     out["memory_vs_best_peer"] = (round(rss["swiftbox"] / rss[best_peer], 3)
                                   if best_peer and rss.get(best_peer) and rss.get("swiftbox") else None)
