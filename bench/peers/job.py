@@ -44,11 +44,19 @@ class Probe:
         self.stamps: list[float] = []
         self.tokens: list[int] = []
         self.rows: list[int] = []
+        self.first_start: float | None = None
         self.trainers: list = []
 
     def summary(self) -> dict:
         if len(self.stamps) < 2:
-            return {"steps": len(self.stamps), "error": "fewer than two training micro-steps"}
+            if not self.stamps or self.first_start is None:
+                return {"micro_steps": 0, "error": "no training step ran"}
+            # one step only (a framework dropped most rows): its time, warm-up included, is all there is
+            seconds = self.stamps[0] - self.first_start
+            return {"micro_steps": 1, "train_seconds": round(seconds, 3), "train_tokens": self.tokens[0],
+                    "tokens_per_s": round(self.tokens[0] / max(seconds, 1e-9), 1), "timed_rows": self.rows[0],
+                    "rows_trained": self.rows[0], "s_per_step": round(seconds, 3), "warm_up_included": True,
+                    "final_loss": None}
         seconds = self.stamps[-1] - self.stamps[0]
         tokens = sum(self.tokens[1:])
         rows = sum(self.rows[1:])
@@ -105,6 +113,8 @@ def install_probe(probe: Probe) -> None:
         step = self.training_step
 
         def training_step(model, inputs, *a, **kw):
+            if probe.first_start is None:
+                probe.first_start = time.perf_counter()
             out = step(model, inputs, *a, **kw)
             probe.stamps.append(time.perf_counter())
             probe.tokens.append(count_tokens(inputs))
