@@ -68,6 +68,8 @@ class Probe:
             loss, loss_kind = (logged[-1], "last logged") if logged else (means[-1] if means else None, "run mean")
         return {"micro_steps": len(self.stamps), "train_seconds": round(seconds, 3), "train_tokens": tokens,
                 "tokens_per_s": round(tokens / max(seconds, 1e-9), 1), "timed_rows": rows,
+                "tokens_per_s_with_first_step": round(sum(self.tokens) / max(self.stamps[-1] - (self.first_start
+                                                                                                 or 0), 1e-9), 1),
                 "rows_trained": sum(self.rows),
                 "s_per_step": round(seconds / (len(self.stamps) - 1), 3), "final_loss": loss,
                 "final_loss_is": loss_kind,
