@@ -87,7 +87,10 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
-    output = trainer.train(resume_from_checkpoint=resume)
+    from swiftbox.compat import trl_scores_label_positions_only
+
+    with trl_scores_label_positions_only():   # the policy and reference LM heads score the replies' tokens only
+        output = trainer.train(resume_from_checkpoint=resume)
     seconds = time.time() - started
     history = trainer.state.log_history
 
