@@ -61,7 +61,7 @@ def load(model_dir: Union[str, Path], *, platform: Any = None, dtype: str = "flo
     from transformers import AutoModelForSequenceClassification
 
     from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import apply_adapters, load_tokenizer, resolve_spec, torch_dtype
+    from swiftbox.modeling.loading import load_tokenizer, merge_into, resolve_spec, torch_dtype
 
     platform = platform or current_platform()
     spec = resolve_spec(str(model_dir))
@@ -72,8 +72,7 @@ def load(model_dir: Union[str, Path], *, platform: Any = None, dtype: str = "flo
     except (OSError, ValueError) as exc:
         raise UserError(f"reward model {model_dir}: cannot load ({str(exc).splitlines()[0]})") from None
     model.config.pad_token_id = tokenizer.pad_token_id
-    if spec.adapters:
-        model = apply_adapters(model, spec.adapters, merge_all=True)
+    model = merge_into(model, spec.adapters)      # an SFT adapter under the rm adapter, then the rm adapter
     device = platform.torch_device(0)
     model.to(device).eval()
     return RewardModel(model, tokenizer, device)
