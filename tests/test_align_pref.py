@@ -103,6 +103,27 @@ def test_non_finite_or_unbounded_settings_are_bad_input(kind, settings):
         STEP_TYPES[kind](dataset=DPO_DATA, **settings)
 
 
+@pytest.mark.parametrize("kind", ["kto", "orpo", "simpo", "rm"])
+def test_device_refusals_come_from_the_shared_training_check(kind):
+    """QLoRA where bitsandbytes' 4-bit cannot run (a simulated NPU): exit 3 naming LoRA, before any output."""
+    from swiftbox.device import NpuPlatform
+    from swiftbox.errors import Unsupported
+    from swiftbox.pipelines import load_pipeline
+    from swiftbox.steps import STEP_TYPES
+
+    with pytest.raises(Unsupported, match="lora"):
+        load_pipeline(kind).check(STEP_TYPES[kind](dataset=DPO_DATA, method="qlora"), NpuPlatform())
+
+
+def test_kto_reference_adapter_needs_an_adapter_method():
+    from swiftbox.device import CpuPlatform
+    from swiftbox.pipelines import load_pipeline
+    from swiftbox.steps import KtoStep
+
+    with pytest.raises(UserError, match="kto.ref_adapter"):
+        load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, method="full", ref_adapter="x"), CpuPlatform())
+
+
 # -- short runs: the margin moves the right way ----------------------------------------------------------------
 
 @pytest.mark.parametrize("kind,settings", [
