@@ -100,6 +100,11 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     metrics.update(curves.first_last(history, "loss", "loss"))
     if evals:
         metrics.update(held_out(trainer.evaluate(), method))
+        sharded = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+        if method.reward_head and not sharded:
+            from swiftbox.training.reward_model import pairwise_accuracy
+
+            metrics["eval_reward_accuracy"] = pairwise_accuracy(trainer.model, tm.tokenizer, evals)
     trainable, total = trainable_parameters(tm.model)
     metrics.update({"steps": trainer.state.global_step, unit: len(examples), f"dropped_{unit}": counts.dropped,
                     f"truncated_{unit}": counts.truncated})

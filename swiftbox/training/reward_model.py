@@ -31,7 +31,10 @@ class RewardModel:
 
         if isinstance(texts, str):
             raise UserError("reward model: score() takes a list of texts, not one string")
+        eos = self.tokenizer.eos_token or ""
+        texts = [t if t.endswith(eos) else t + eos for t in texts]      # as TRL's RewardTrainer trained them
         out: list[float] = []
+        self.model.eval()
         saved_side = self.tokenizer.padding_side
         self.tokenizer.padding_side = "right"      # the head reads the last token before the padding
         try:
@@ -54,6 +57,15 @@ class RewardModel:
         answer = [{"role": "assistant", "content": reply}]
         return render(self.tokenizer, messages, None, generation_prompt=True) + completion_text(
             self.tokenizer, messages, answer)
+
+
+def pairwise_accuracy(model: Any, tokenizer: Any, pairs: list[dict]) -> float:
+    """Share of {prompt, chosen, rejected} string pairs whose chosen text scores strictly higher (exact, where
+    the trainer's eval accuracy is a mean of per-batch means)."""
+    rm = RewardModel(model, tokenizer, next(model.parameters()).device)
+    chosen = rm.score([p["prompt"] + p["chosen"] for p in pairs])
+    rejected = rm.score([p["prompt"] + p["rejected"] for p in pairs])
+    return round(sum(c > r for c, r in zip(chosen, rejected)) / max(len(pairs), 1), 6)
 
 
 def load(model_dir: Union[str, Path], *, platform: Any = None, dtype: str = "float32") -> RewardModel:
