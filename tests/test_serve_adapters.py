@@ -209,3 +209,56 @@ def test_metrics_public_and_runtime_adapters_off(toy_dir, tmp_path):
         assert r.status_code == 403 and r.json()["error"]["code"] == "runtime_adapters_disabled"
     finally:
         stop()
+
+
+def test_vllm_runtime_adapters_through_the_front_door(setup, toy_dir, tmp_path):
+    """vLLM's runtime LoRA updating mode (a stand-in child): swiftbox checks the load, vLLM loads it."""
+    import sys
+    from pathlib import Path
+
+    from swiftbox.device.cpu import CpuPlatform
+    from swiftbox.modeling.loading import resolve_spec
+    from swiftbox.pipelines.serve.adapters import make_policy
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+    from swiftbox.pipelines.serve.server import ServerThread, bind
+    from swiftbox.steps import ServeStep
+
+    _, root, outside, good = setup
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    cfg = ServeStep(engine="vllm", runtime_adapters=True, adapter_root=[str(root)])
+    fake = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
+    p = plan(cfg, CpuPlatform(), model_path=str(toy_dir), base_name="toy", loras={}, dtype="float32", port=port,
+             executable=fake)
+    proc = VllmProcess(p, tmp_path / "vllm.log")
+    proc.start(timeout=120)
+    backend = VllmBackend(proc)
+    backend.runtime_adapters = make_policy(cfg, "vllm", resolve_spec("toy"), max_rank=backend.max_lora_rank)
+    server = ServerThread(build_app(backend, api_key=KEY)).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+        r = post(server, "/v1/load_lora_adapter", lora_name="tuned", lora_path=str(good))
+        assert r.status_code == 200 and "added successfully" in r.text
+        assert [m.id for m in client.models.list()] == ["toy", "tuned"]
+        assert answer(client, "tuned") == "fake answer from tuned"
+        wide = root / "wide"
+        shutil.copytree(good, wide)
+        config = json.loads((wide / "adapter_config.json").read_text())
+        (wide / "adapter_config.json").write_text(json.dumps({**config, "r": 128}))
+        r = post(server, "/v1/load_lora_adapter", lora_name="wide", lora_path=str(wide))
+        assert r.status_code == 400 and "max_lora_rank 64" in r.json()["error"]["message"]
+        r = post(server, "/v1/load_lora_adapter", lora_name="far", lora_path=str(outside / "elsewhere"))
+        assert r.status_code == 403
+        assert post(server, "/v1/load_lora_adapter", lora_name="tuned", lora_path=str(good)).status_code == 400
+        assert post(server, "/v1/unload_lora_adapter", lora_name="tuned").status_code == 200
+        with pytest.raises(openai.NotFoundError):
+            answer(client, "tuned")
+        assert post(server, "/v1/unload_lora_adapter", lora_name="tuned").status_code == 404
+        text = httpx.get(server.url + "/metrics", headers=AUTH, timeout=30).text
+        names = {f.name for f in text_string_to_metric_families(text)}
+        assert {"vllm:num_requests_running", "swiftbox_http_requests", "swiftbox_lora_adapter_operations"} <= names
+    finally:
+        server.stop()
+        proc.stop()
