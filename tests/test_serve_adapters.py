@@ -15,8 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serve_fixtures import KEY, make_adapter, start_server
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MSG = [{"role": "user", "content": "Is 12 even?"}]
 AUTH = {"Authorization": f"Bearer {KEY}"}
+LONG = 160    # tokens: long enough that a stream is still running when its adapter is unloaded
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +71,18 @@ def test_load_answer_unload_under_base_traffic(setup, client):
         r = post(server, "/v1/load_lora_adapter", lora_name="tuned", lora_path=str(good))
         assert r.status_code == 200 and r.text == "Success: LoRA adapter 'tuned' added successfully."
         assert [m.id for m in client.models.list()] == ["toy", "tuned"]
-        tuned = answer(client, "tuned")
-        assert tuned != base
+        tuned = answer(client, "tuned", LONG)
+        assert tuned != base and len(tuned) > 100
+        weights = engine(server).adapter_id("tuned")
 
         # a stream on the adapter is in flight when it is unloaded: it finishes, on the adapter's weights
-        body = {"model": "tuned", "messages": MSG, "max_tokens": 12, "temperature": 0, "stream": True}
+        body = {"model": "tuned", "messages": MSG, "max_tokens": LONG, "temperature": 0, "stream": True}
         with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=120) as s:
             lines = s.iter_lines()
             first = [next(lines) for _ in range(3)]
             r = post(server, "/v1/unload_lora_adapter", lora_name="tuned")
             assert r.status_code == 200 and "removed successfully" in r.text
+            assert engine(server).slots.usable(weights)       # still in the model: the stream runs on it
             with pytest.raises(openai.NotFoundError) as e:   # new requests for it: 404 at once
                 answer(client, "tuned")
             assert e.value.body["code"] == "model_not_found"
@@ -86,12 +90,16 @@ def test_load_answer_unload_under_base_traffic(setup, client):
         chunks = [json.loads(x[6:]) for x in first + rest if x.startswith("data: {")]
         assert [x for x in rest if x][-1] == "data: [DONE]"
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == tuned
+        deadline = time.monotonic() + 30
+        while engine(server).slots.usable(weights) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not engine(server).slots.usable(weights)       # deleted once its last sequence ended
         assert [m.id for m in client.models.list()] == ["toy"]
         assert post(server, "/v1/unload_lora_adapter", lora_name="tuned").status_code == 404
 
         # the same name again: a fresh load, the same answer
         assert post(server, "/v1/load_lora_adapter", lora_name="tuned", lora_path=str(good)).status_code == 200
-        assert answer(client, "tuned") == tuned
+        assert answer(client, "tuned", LONG) == tuned
         assert post(server, "/v1/unload_lora_adapter", lora_name="tuned").status_code == 200
     finally:
         stop.set()
@@ -147,6 +155,31 @@ def test_refusals_leave_the_server_unharmed(setup, client):
     assert answer(client, "once") != answer(client, "toy")
     assert post(server, "/v1/unload_lora_adapter", lora_name="once").status_code == 200
     assert httpx.get(server.url + "/health", timeout=30).json()["status"] == "ok"
+
+
+def test_chat_url_lists_loads_and_unloads(setup, client, tmp_path, capsys):
+    """`chat --url URL --adapters name=path` loads into the running server and talks to it; the session's
+    /models, /use, /load, /unload go through the same routes."""
+    import swiftbox as sb
+    from swiftbox.pipelines.chat import _command
+    from swiftbox.pipelines.serve.remote import Remote
+
+    server, root, outside, good = setup
+    summary = sb.chat(url=server.url, api_key=KEY, adapters={"viachat": str(good)}, prompt="Is 12 even?",
+                      max_tokens=8, temperature=0, runs_root=str(tmp_path))
+    metrics = summary["metrics"]
+    assert metrics["model"] == "viachat" and metrics["answer"] == answer(client, "viachat", 8)
+    remote = Remote(server.url + "/v1", KEY)
+    served: list[str] = []
+    assert _command("/models", remote, "viachat", served) == "viachat" and served == ["toy", "viachat"]
+    assert _command("/use toy", remote, "viachat", served) == "toy"
+    assert _command("/unload viachat", remote, "viachat", served) == "toy"
+    assert _command(f"/load far {outside / 'elsewhere'}", remote, "toy", served) == "toy"   # refused: stays
+    assert "refused: 403" in capsys.readouterr().err
+    assert _command(f"/load again {good}", remote, "toy", served) == "again"
+    assert _command("/unload again", remote, "again", served) == "toy"
+    assert remote.models() == ["toy"]
+    remote.close()
 
 
 def scrape(server, headers=AUTH) -> dict:
