@@ -295,3 +295,23 @@ def test_vllm_runtime_adapters_through_the_front_door(setup, toy_dir, tmp_path):
     finally:
         server.stop()
         proc.stop()
+
+
+def test_menu_running_server_lists_loads_and_unloads(setup, client, tmp_path, monkeypatch):
+    from menus.server_adapters import DEFAULT_URL, manage
+    from tests.menu_keys import BACKSPACE, DOWN, ENTER, ESC, keys, make_session
+
+    server, root, outside, good = setup
+    monkeypatch.delenv("SWIFTBOX_API_KEY", raising=False)
+    session = make_session(tmp_path)
+    chunks = [BACKSPACE * len(DEFAULT_URL) + server.url + ENTER, KEY + ENTER,
+              ENTER, ENTER, str(good) + ENTER, BACKSPACE * 40 + "frommenu" + ENTER,     # load: Other, path, name
+              ENTER, ENTER, str(outside / "elsewhere") + ENTER, ENTER,                 # load from outside: refused
+              DOWN + ENTER, ENTER,                                                       # unload frommenu
+              ESC]
+    with keys(monkeypatch, chunks):
+        manage(session)
+    said = "\n".join(session.echoed)
+    assert "serves: toy, frommenu" in said and "added successfully" in said and "removed successfully" in said
+    assert "refused: 403" in said
+    assert [m.id for m in client.models.list()] == ["toy"]
