@@ -141,6 +141,10 @@ def test_refusals_leave_the_server_unharmed(setup, client):
     shutil.copytree(good, dora)
     (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     assert "DoRA" in refused("x", dora, 400, "adapter_unsupported")
+    from swiftbox.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="DoRA"):   # the same rule at start-up (PEFT would fail every request)
+        start_server("toy", adapters={"d": str(dora)}, work_dir=root)
     targets = root / "targets"       # PEFT itself refuses: no such modules in this model
     shutil.copytree(good, targets)
     (targets / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["no_such_proj"]}))

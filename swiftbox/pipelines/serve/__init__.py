@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from swiftbox.device import Platform
-from swiftbox.errors import UserError
+from swiftbox.errors import Unsupported, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import ServeStep
 
@@ -147,13 +147,18 @@ def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
     from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
+    from swiftbox.verify.engine_fit import adapter_problems_for_builtin
 
+    extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
+    for name, path in extra.items():   # before the model loads: a refusal costs nothing
+        problems = adapter_problems_for_builtin(Path(path))
+        if problems:
+            raise Unsupported(f"adapters.{name}: the built-in engine cannot serve it: {problems[0]}")
     quant = bnb_config(cfg.quantization, platform, dtype) if cfg.quantization else None
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     input_adapter = [names.primary] * len(spec.adapters) if spec.adapters else None
     model = load_model(spec, platform, dtype, trust_remote_code=cfg.trust_remote_code, quantization_config=quant,
                        adapter_names=input_adapter)
-    extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
     for name, path in extra.items():
         from peft import PeftModel
 

@@ -142,12 +142,10 @@ class AdapterPolicy:
     def engine_problems(self, path: Path, config: dict) -> list[str]:
         if config.get("peft_type", "LORA") != "LORA":
             return [f"peft_type {config.get('peft_type')} (LoRA adapters only)"]
+        from swiftbox.verify.engine_fit import adapter_problems_for_builtin, adapter_problems_for_vllm
+
         if self.engine == "builtin":
-            if config.get("use_dora"):
-                return ["DoRA cannot share a batch with other adapters (PEFT's mixed-adapter batches do not support "
-                        "it); merge it (merge step) and serve the merged model"]
-            return []
-        from swiftbox.verify.engine_fit import adapter_problems_for_vllm
+            return adapter_problems_for_builtin(path)
 
         problems = adapter_problems_for_vllm(path, self.base_vocab)
         rank = max([int(config.get("r") or 0), *map(int, (config.get("rank_pattern") or {}).values())])

@@ -179,9 +179,13 @@ class BuiltinEngine:
 
     def _apply_adapter_changes(self) -> None:
         with self._cond:  # submit() checks usability under this lock: nothing joins a retired adapter
-            free = self.slots.retire({s.adapter for s in self._active} | {s.adapter for s in self._waiting})
+            free = self.slots.retire(self._adapters_in_use())
         self.model = self.slots.apply(self.model, free)
         self.is_peft = hasattr(self.model, "peft_config")
+
+    def _adapters_in_use(self) -> set:
+        """Adapters a sequence still needs: every sequence the engine holds (call under self._cond)."""
+        return {s.adapter for s in self._active} | {s.adapter for s in self._waiting}
 
     # -- the loop ---------------------------------------------------------------------------
     def _wake(self) -> None:
