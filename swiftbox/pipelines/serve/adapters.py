@@ -74,8 +74,12 @@ class AdapterPolicy:
 
     def inspect(self, name: str, raw_path: str) -> Path:
         """The adapter directory to load, or ApiError with the reason (blocking: file reads)."""
-        path = self.confine(raw_path)
-        config = self._config(path)
+        try:
+            path = self.confine(raw_path)
+            config = self._config(path)
+        except (OSError, RuntimeError, ValueError) as exc:   # a name too long, a loop of links, ~nobody, ...
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise refused(400, f"lora_path: cannot use {raw_path[:200]!r} ({reason})", "adapter_not_found") from None
         problem = self.base_problem(path)
         if problem:
             raise refused(400, f"lora_path: {problem}", "adapter_base_mismatch")
