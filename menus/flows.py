@@ -192,9 +192,19 @@ def _serve_questions(s: MenuSession) -> list:
                 ("the network (0.0.0.0; needs an API key)", "0.0.0.0")], "127.0.0.1")),
             ("port", q.number("port", "Port:", "serve", "port", int, 0, 65535)),
             ("api_key", lambda st: _api_key(st)),
+            ("runtime_adapters", q.pick("Let clients load LoRA adapters while it runs (/v1/load_lora_adapter)?",
+                                        "runtime_adapters", [
+                                            ("yes, from runs/ (default; on vLLM only when it serves adapters)", "auto"),
+                                            ("yes, also on vLLM (starts it with LoRA enabled)", True),
+                                            ("no", False)], "auto")),
             ("smoke", q.pick("Then:", "smoke", [("keep serving until Ctrl-C", False),
                                                  ("smoke test: start, ask one question, stop", True)], False)),
             ("output", q.output(s, "serve"))]
+
+
+def _runtime(state: dict):
+    value = state.get("runtime_adapters", "auto")
+    return None if value == "auto" else value
 
 
 def _api_key(state: dict):
@@ -206,7 +216,7 @@ def _api_key(state: dict):
 SERVE = Flow(
     "serve", "Serve (OpenAI API)", _serve_questions,
     lambda st: _clean({"engine": st["engine"], "host": st["host"], "port": st["port"], "api_key": st.get("api_key"),
-                       "smoke": st["smoke"] or None}),
+                       "runtime_adapters": _runtime(st), "smoke": st["smoke"] or None}),
 )
 
 # -- export ---------------------------------------------------------------------------------------

@@ -101,6 +101,14 @@ def dispatch(session: MenuSession, action: str) -> None:
         if outcome is not BACK and outcome.last_output:
             follow_up(session, *outcome.last_output)
         return None
+    if action == "serve":
+        from menus.server_adapters import choose, manage
+
+        how = choose(session)
+        if how is BACK:
+            return None
+        if how == "running":
+            return manage(session)
     return flow(session, action)
 
 
