@@ -77,7 +77,7 @@ def test_dry_campaign_runs_every_part_on_cpu(tmp_path):
     assert r.returncode == 0, {k: (v["status"], v.get("tail", "")[-400:]) for k, v in parts.items()}
     assert parts["env"]["metrics"]["platform"] == "cpu"
     assert parts["train"]["tests"]["collected"] >= 5 and parts["export"]["tests"]["collected"] >= 5
-    assert [s["step"] for s in parts["quickstart"]["steps"]][-1] == "serve"
+    assert [s["step"] for s in parts["quickstart"]["steps"]][-2:] == ["serve", "verify"]
     assert parts["sft"]["metrics"]["ratio"] > 0 and parts["serve"]["metrics"]["sequential"]["output_tokens"] > 0
     for name in parts:
         assert (tmp_path / f"{name}.log").is_file()
