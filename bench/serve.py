@@ -37,13 +37,16 @@ CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + 
 
 
 def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
+    """The Qwen2.5-0.5B tensors as a Llama-architecture checkpoint (q/k/v biases on: the same shapes and
+    FLOPs). Not model_type qwen2: transformers 5.23 loads every qwen2 checkpoint's tokenizer as its own
+    byte-level BPE class, which turns this word-level vocabulary into empty prompts."""
     shape = {**QWEN25_05B, "num_hidden_layers": layers}
-    target = cache / f"qwen2.5-0.5b-shape-random-L{layers}"
+    target = cache / f"qwen2.5-0.5b-shape-llama-random-L{layers}"
     if (target / "model.safetensors").is_file():
         return target, shape
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {f"w{i}": i for i in range(shape["vocab_size"] - len(specials))}
@@ -57,11 +60,15 @@ def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
     fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     fast.chat_template = CHATML
     torch.manual_seed(0)
-    config = Qwen2Config(**shape, bos_token_id=vocab["<|endoftext|>"], eos_token_id=vocab["<|im_end|>"])
-    model = Qwen2ForCausalLM(config).to(torch.float32)
+    config = LlamaConfig(**shape, attention_bias=True, bos_token_id=vocab["<|endoftext|>"],
+                         eos_token_id=vocab["<|im_end|>"])
+    model = LlamaForCausalLM(config).to(torch.float32)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     model.save_pretrained(tmp)
     fast.save_pretrained(tmp)
+    loaded = AutoTokenizer.from_pretrained(tmp)   # as both servers will load it
+    if loaded("w1 w2")["input_ids"] != [1, 2] or loaded.decode([1, 2]) != "w1 w2":
+        raise RuntimeError(f"the bench tokenizer does not round-trip when loaded as {type(loaded).__name__}")
     os.replace(tmp, target)
     return target, shape
 
