@@ -1,10 +1,32 @@
-"""CPU platform: always available; fp32 by default; gloo for multi-process."""
+"""CPU platform: always available; fp32 by default; gloo for multi-process.
+
+bf16 always works on a CPU (torch's kernels), but it is fast only with bf16 instructions: x86 AVX512_BF16 or
+AMX-BF16, Arm's BF16 extension. Without them (e.g. an AVX2-only EPYC) torch converts to fp32 and back, and bf16
+inference is slower than fp32: `bf16_native()` says which, from the kernel's CPU flags."""
 from __future__ import annotations
 
 import os
 import platform as _platform
 
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
+
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})   # x86 AVX512/AMX, Arm (cpuinfo "Features")
+
+
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_flags(path: str | None = None) -> set[str]:
+    """The CPU feature flags the kernel reports (empty where there is no /proc/cpuinfo)."""
+    try:
+        with open(path or CPUINFO, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 class CpuPlatform(Platform):
@@ -36,6 +58,9 @@ class CpuPlatform(Platform):
 
     def bf16_supported(self) -> bool:
         return True  # works (slowly) through torch's CPU kernels
+
+    def bf16_native(self) -> bool:
+        return bool(cpu_flags() & BF16_FLAGS)
 
     def default_dtype(self) -> str:
         return "float32"
