@@ -93,16 +93,35 @@ def greedy(n: int, **kw) -> SamplingParams:
 
 
 def test_chunked_prefill_gives_the_whole_prefills_tokens(toy_parts, prompts):
+    """Five prompts: packed into one forward (a budget that holds them all), in slices of 5 tokens, and one
+    at a time whole (no packing): the same greedy tokens."""
     requests = [(p, [greedy(12)]) for p in prompts]
     whole_engine = make_engine(toy_parts, prefill_chunk=4096)
     whole, _ = run(whole_engine, requests)
     chunked_engine = make_engine(toy_parts, prefill_chunk=5)
     chunked, _ = run(chunked_engine, requests)
-    assert [o["tokens"] for o in chunked] == [o["tokens"] for o in whole]
+    single_engine = make_engine(toy_parts, prefill_chunk=4096)
+    single_engine.model = _NoPacking(single_engine.model)
+    single, _ = run(single_engine, requests)
+    assert [o["tokens"] for o in chunked] == [o["tokens"] for o in whole] == [o["tokens"] for o in single]
     assert all(len(o["tokens"]) >= 1 for o in whole)
-    assert whole_engine.stats["prefill_slices"] == len(prompts)
-    assert chunked_engine.stats["prefill_slices"] >= sum(-(-len(p) // 5) for p in prompts)
+    assert whole_engine.stats["prefill_slices"] == 1                  # one packed forward for all five
+    assert single_engine.stats["prefill_slices"] == len(prompts)
+    assert chunked_engine.stats["prefill_slices"] >= sum(-(-len(p) // 5) for p in prompts if len(p) > 5)
     assert chunked_engine.stats["prefills"] == len(prompts)
+
+
+class _NoPacking:
+    """The model behind an attention implementation the engine cannot pack for (prompts go one by one)."""
+
+    def __init__(self, model):
+        import types
+
+        self._model = model
+        self.config = types.SimpleNamespace(_attn_implementation="flash_attention_2")
+
+    def __call__(self, *args, **kw):
+        return self._model(*args, **kw)
 
 
 def test_running_streams_decode_between_the_slices_of_a_long_prompt(toy_parts, prompts):

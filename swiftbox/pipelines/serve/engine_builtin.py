@@ -35,7 +35,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from swiftbox.pipelines.serve.prefill import DEFAULT_PREFILL_CHUNK, PrefillJob, prefill_slice, replicate
+from swiftbox.pipelines.serve.prefill import (
+    DEFAULT_PREFILL_CHUNK,
+    PrefillJob,
+    packable,
+    prefill_packed,
+    prefill_slice,
+    replicate,
+    window,
+)
 from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sample_row, token_logprobs
 
 log = logging.getLogger("swiftbox.serve")
@@ -247,48 +255,78 @@ class BuiltinEngine:
                 for seq, _ in items:
                     seq.cancelled = True
 
-    def _forward(self, input_ids, mask, positions, cache, adapters, logits_to_keep=1):
+    def _model(self, input_ids, mask, positions, cache, adapters, logits_to_keep: Any = 1):
         kwargs = dict(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                       use_cache=True, logits_to_keep=logits_to_keep)
         if self.is_peft:
             kwargs["adapter_names"] = [a or BASE for a in adapters]
         out = self.model(**kwargs)
-        return out.logits[:, -1, :], out.past_key_values
+        return out.logits, out.past_key_values
+
+    def _forward(self, input_ids, mask, positions, cache, adapters):
+        logits, cache = self._model(input_ids, mask, positions, cache, adapters)
+        return logits[:, -1, :], cache
 
     def _prefill_step(self) -> None:
-        """Spend up to `prefill_chunk` prompt tokens on the waiting jobs, oldest first. A job whose prompt is
-        complete joins the running batch and samples its first token(s) at once."""
+        """Spend up to `prefill_chunk` prompt tokens on the waiting jobs, oldest first: fresh prompts that fit
+        together go through one packed forward, a longer one gets a slice. A job whose prompt is complete
+        joins the running batch and samples its first token(s) at once."""
         budget = self.prefill_chunk
-        for job in list(self._prefilling):
-            if budget <= 0:
-                break
-            if not job.live:
+        while budget > 0 and self._prefilling:
+            for job in [j for j in self._prefilling if not j.live]:
                 for seq in job.seqs:
                     if seq.cancelled and not seq.done:
                         self._finish(seq, "cancelled")
                 self._prefilling.remove(job)
-                continue
-            try:  # a prompt the model cannot take fails its own request; the running batch is untouched
-                budget -= prefill_slice(self, job, budget)
+            if not self._prefilling:
+                break
+            pack = self._pack(budget)
+            try:  # a prompt the model cannot take fails its own request(s); the running batch is untouched
+                if len(pack) > 1:
+                    prefill_packed(self, pack)
+                    budget -= sum(len(job.prompt_ids) for job in pack)
+                else:
+                    pack = self._prefilling[:1]
+                    budget -= prefill_slice(self, pack[0], budget)
             except Exception as exc:
-                for seq in job.seqs:
-                    if not seq.done:
-                        self._fail(seq, exc)
-                self._prefilling.remove(job)
+                for job in pack:
+                    for seq in job.seqs:
+                        if not seq.done:
+                            self._fail(seq, exc)
+                    self._prefilling.remove(job)
                 continue
             self.stats["prefill_slices"] += 1
-            if job.remaining:
-                continue
-            self._prefilling.remove(job)
-            self.stats["prefills"] += 1
-            seqs = job.live
-            for seq in job.seqs:
-                if seq.cancelled and not seq.done:
-                    self._finish(seq, "cancelled")
-            if seqs:
-                self._merge(replicate(job.cache, len(seqs)), len(job.prompt_ids), seqs)
-                self._sample(job.logits.expand(len(seqs), -1), seqs)
-                self._flush()         # the first token goes out now, not after the other prompts
+            for job in pack:
+                if not job.remaining:
+                    self._join(job)
+            self._flush()             # first tokens go out now, not after the other prompts
+
+    def _pack(self, budget: int) -> list[PrefillJob]:
+        """The leading fresh jobs (same adapter) whose whole prompts fit in `budget`, if packing is possible."""
+        if not packable(self.model):
+            return []
+        limit = window(self.model)
+        pack: list[PrefillJob] = []
+        for job in self._prefilling:
+            n = len(job.prompt_ids)
+            if job.done or n > budget or (limit and n > limit) or (pack and job.adapter != pack[0].adapter):
+                break
+            pack.append(job)
+            budget -= n
+        return pack
+
+    def _join(self, job: PrefillJob) -> None:
+        """A fully prefilled prompt: its live sequences join the running batch and sample their first token."""
+        self._prefilling.remove(job)
+        self.stats["prefills"] += 1
+        seqs = job.live
+        for seq in job.seqs:
+            if seq.cancelled and not seq.done:
+                self._finish(seq, "cancelled")
+        if seqs:
+            self._merge(replicate(job.cache, len(seqs)), len(job.prompt_ids), seqs)
+            self._sample(job.logits.expand(len(seqs), -1), seqs)
+        job.cache = job.logits = None
 
     def _cache_len(self) -> int:
         return int(self._cache.get_seq_length())
