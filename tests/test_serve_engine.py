@@ -215,3 +215,16 @@ def test_incremental_detokenizing_matches_a_whole_decode(toy_parts):
         stream = TextStream(tok, [])
         text = "".join(stream.add(i) for i in ids) + stream.flush()
         assert text == tok.decode(ids, skip_special_tokens=True)
+
+
+def test_a_bad_prompt_in_a_packed_prefill_fails_alone(toy_parts, prompts):
+    """A prompt the model cannot take (a token id past the vocabulary) arrives with three good ones: the packed
+    forward fails, the prompts are retried one by one, only the bad one fails."""
+    good = [(p, [greedy(8)]) for p in prompts[1:4]]
+    alone, _ = run(make_engine(toy_parts), good)
+    engine = make_engine(toy_parts)
+    outs, _ = run(engine, good[:2] + [([5, len(toy_parts[1]) + 10_000, 7], [greedy(8)])] + good[2:])
+    bad = outs.pop(2)
+    assert bad["end"][0] == "error" and bad["tokens"] == []
+    assert [o["tokens"] for o in outs] == [o["tokens"] for o in alone]
+    assert all(o["end"][0] == "done" for o in outs) and engine.stats["errors"] == 1

@@ -289,11 +289,16 @@ class BuiltinEngine:
                     pack = self._prefilling[:1]
                     budget -= prefill_slice(self, pack[0], budget)
             except Exception as exc:
-                for job in pack:
-                    for seq in job.seqs:
-                        if not seq.done:
-                            self._fail(seq, exc)
-                    self._prefilling.remove(job)
+                if len(pack) > 1:    # one bad prompt must not fail the others: each goes alone from now on
+                    log.warning("packed prefill failed (%s: %s); prefilling those prompts one by one",
+                                type(exc).__name__, exc)
+                    for job in pack:
+                        job.packable = False
+                    continue
+                for seq in pack[0].seqs:
+                    if not seq.done:
+                        self._fail(seq, exc)
+                self._prefilling.remove(pack[0])
                 continue
             self.stats["prefill_slices"] += 1
             for job in pack:
@@ -309,7 +314,8 @@ class BuiltinEngine:
         pack: list[PrefillJob] = []
         for job in self._prefilling:
             n = len(job.prompt_ids)
-            if job.done or n > budget or (limit and n > limit) or (pack and job.adapter != pack[0].adapter):
+            if (job.done or not job.packable or n > budget or (limit and n > limit)
+                    or (pack and job.adapter != pack[0].adapter)):
                 break
             pack.append(job)
             budget -= n

@@ -32,6 +32,7 @@ class PrefillJob:
     done: int = 0                   # prompt tokens already in the cache
     logits: Any = None              # next-token scores after the last slice
     slices: int = field(default=0)
+    packable: bool = True           # False after a packed forward with it failed: it goes alone
 
     @property
     def remaining(self) -> int:
