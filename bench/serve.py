@@ -20,7 +20,8 @@ word-level tokenizer of the same vocabulary size, so every generated token is a 
 streamed chunks count tokens exactly. `--layers N` scales the depth down (the JSON says which shape ran).
 
     ./launch.sh bench serve [--requests 8] [--concurrency 8] [--rounds 3] [--layers 24] [--prefill-chunk N]
-                            [--no-transformers-serve] [--no-generate] [--no-bf16] [--device cpu|auto]
+                            [--threads N] [--phases a,b] [--no-transformers-serve] [--no-generate] [--no-bf16]
+                            [--device cpu|auto] [--dtype float32|auto]
 """
 from __future__ import annotations
 
@@ -275,10 +276,13 @@ def main() -> int:
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--no-bf16", action="store_true", help="skip the built-in engine's bfloat16 phases")
     ap.add_argument("--phases", default=None, help="comma list: run only these phases (e.g. sequential,generate)")
+    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every side (default: torch's own)")
     ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for one transformers serve phase")
     ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
     ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
     args = ap.parse_args()
+    if args.threads:   # before torch loads; the children inherit it
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     from swiftbox.device import current_platform
@@ -386,6 +390,7 @@ def main() -> int:
                                            "num_attention_heads", "num_key_value_heads", "vocab_size")},
                   "dtype": dtype, "weights": "random", "architecture": "llama (q/k/v bias)"},
         "requests": len(reqs), "concurrency": conc, "rounds": args.rounds, "prefill_chunk": args.prefill_chunk,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],
         **{name: summary(runs) for name, runs in results.items()},
