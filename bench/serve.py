@@ -363,7 +363,8 @@ def main() -> int:
                     results.pop(name)
                     continue
                 load.append([r, name, round(before, 2)])
-                print(f"round {r} {name}: {results[name][-1]['tok_s']} tok/s (load {before:.1f})", file=sys.stderr)
+                figures = {k: v for k, v in results[name][-1].items() if k != "answers"}
+                print(f"round {r} {name} (load {before:.1f}): {json.dumps(figures)}", file=sys.stderr, flush=True)
     finally:
         for child in children:
             child.stop()
