@@ -239,8 +239,11 @@ class GenerateLoop:
             self.proc.wait(timeout=30)
 
 
-def summary(runs: list[dict]) -> dict:
-    """Median of every figure over the rounds (the answers of the first round)."""
+def summary(runs: list) -> dict | None:
+    """Median of every figure over the rounds that ran (None: a round where the side failed)."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return None
     out: dict = {}
     for key in runs[0]:
         if key == "answers":
@@ -354,13 +357,14 @@ def main() -> int:
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 before = os.getloadavg()[0]
+                if name in reasons:     # failed in an earlier round: not retried
+                    results[name].append(None)
+                    continue
                 try:
                     results[name].append(phases[name]())
-                except Exception as exc:   # a peer failing must not lose our figures
-                    reasons[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    phases.pop(name)
-                    names.remove(name)
-                    results.pop(name)
+                except Exception as exc:   # a peer failing must not lose its earlier rounds or our figures
+                    reasons[name] = f"round {r}: {type(exc).__name__}: {str(exc)[:300]}"
+                    results[name].append(None)
                     continue
                 load.append([r, name, round(before, 2)])
                 figures = {k: v for k, v in results[name][-1].items() if k != "answers"}
@@ -372,13 +376,14 @@ def main() -> int:
     def ratio(a: str, b: str):
         if a not in results or b not in results:
             return None
-        pairs = [x["tok_s"] / y["tok_s"] for x, y in zip(results[a], results[b], strict=True) if y["tok_s"]]
+        pairs = [x["tok_s"] / y["tok_s"] for x, y in zip(results[a], results[b], strict=True)
+                 if x and y and y["tok_s"]]
         return spread(pairs) if pairs else None
 
     same = None
     if "sequential_bf16" in results:
-        fp32, half = results["sequential"][0]["answers"], results["sequential_bf16"][0]["answers"]
-        same = f"{sum(a == b for a, b in zip(fp32, half, strict=True))}/{len(fp32)}"
+        fp32, half = results["sequential"][0]["answers"], (results["sequential_bf16"][0] or {}).get("answers", [])
+        same = f"{sum(a == b for a, b in zip(fp32, half))}/{len(fp32)}" if half else None
     result = {
         "bench": "serve",
         "machine": {"cpu": _cpu_name() or _platform.machine(), "cores": os.cpu_count(),
