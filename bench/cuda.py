@@ -365,8 +365,10 @@ def part_commands(name: str, dry: bool, tmp: Path, absent: list[str]) -> list[st
                ["--steps", "12", "--batch", "32", "--rows", "512"]
         return [py, str(ROOT / "bench" / "sft.py"), *size]
     if name == "serve":
-        size = ["--layers", "1", "--requests", "2", "--concurrency", "2", "--no-transformers-serve"] if dry else \
-               ["--requests", "16", "--concurrency", "8", "--ts-timeout", "150", "--device", "auto", "--dtype", "auto"]
+        size = ["--layers", "1", "--requests", "2", "--concurrency", "2", "--rounds", "1", "--no-transformers-serve",
+                "--no-generate", "--no-bf16"] if dry else \
+               ["--requests", "16", "--concurrency", "8", "--rounds", "2", "--ts-timeout", "150", "--device", "auto",
+                "--dtype", "auto"]
         return [py, str(ROOT / "bench" / "serve.py"), *size]
     if name == "profile":     # where a bench sft step's time goes (host vs device)
         size = ["--layers", "1", "--batch", "2", "--rows", "16"] if dry else ["--batch", "32", "--rows", "512"]

@@ -1,14 +1,26 @@
-"""bench serve: the built-in engine at 8 concurrent streams vs the same requests one at a time, and
-side by side `transformers serve --continuous-batching` on the same requests. Prints ONE JSON line.
-Both servers run in their own process (`./launch.sh serve` and `transformers serve`), apart from this
-benchmark's client, so neither shares its interpreter (and GIL) with the load generator.
+"""bench serve: the built-in engine at 8 concurrent streams vs the same requests one at a time, vs
+`transformers serve --continuous-batching`, vs a plain `model.generate` loop, and the same engine in bf16 -
+all measured in interleaved rounds. Prints ONE JSON line.
+
+Every side runs in its own process (`swiftbox serve` in float32 and in bfloat16, `transformers serve`, and
+bench/_generate_loop.py), all started once and kept warm; then each round runs every phase once, in an
+order rotated from round to round (A B C ... / B C ... A / ...), so a load change on a shared machine hits
+all sides alike. Each ratio is computed within a round; the JSON gives its median over the rounds with
+min and max (the spread), and the machine's load average at every phase.
+
+Phases: `sequential` (built-in, one request at a time), `concurrent` (built-in, `--concurrency` streams),
+`transformers_serve` (its continuous batching, same concurrency), `generate` (model.generate, one at a
+time), `sequential_bf16` / `concurrent_bf16` (built-in in bfloat16). Ratios: `ratio` = concurrent ÷
+sequential, `vs_transformers_serve` = concurrent ÷ transformers serve, `vs_generate` = sequential ÷
+generate (per-request overhead: 1.0 means none), `bf16_vs_fp32` = concurrent_bf16 ÷ concurrent (and
+`bf16_same_answers`: greedy answers identical to float32's).
 
 The model is random weights in the Qwen2.5-0.5B shape (config built here, nothing downloaded) with a
 word-level tokenizer of the same vocabulary size, so every generated token is a visible word and
-streamed chunks count tokens exactly. `--layers N` scales the depth down for a quick try (the JSON
-says which shape ran). Greedy decoding, so both ways generate the same tokens.
+streamed chunks count tokens exactly. `--layers N` scales the depth down (the JSON says which shape ran).
 
-    ./launch.sh bench serve [--requests 16] [--concurrency 8] [--layers 24] [--no-transformers-serve]
+    ./launch.sh bench serve [--requests 8] [--concurrency 8] [--rounds 3] [--layers 24] [--prefill-chunk N]
+                            [--threads N] [--phases a,b] [--no-transformers-serve] [--no-generate] [--no-bf16]
                             [--device cpu|auto] [--dtype float32|auto]
 """
 from __future__ import annotations
@@ -20,6 +32,7 @@ import os
 import platform as _platform
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,13 +50,16 @@ CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + 
 
 
 def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
+    """The Qwen2.5-0.5B tensors as a Llama-architecture checkpoint (q/k/v biases on: the same shapes and
+    FLOPs). Not model_type qwen2: transformers 5.23 loads every qwen2 checkpoint's tokenizer as its own
+    byte-level BPE class, which turns this word-level vocabulary into empty prompts."""
     shape = {**QWEN25_05B, "num_hidden_layers": layers}
-    target = cache / f"qwen2.5-0.5b-shape-random-L{layers}"
+    target = cache / f"qwen2.5-0.5b-shape-llama-random-L{layers}"
     if (target / "model.safetensors").is_file():
         return target, shape
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {f"w{i}": i for i in range(shape["vocab_size"] - len(specials))}
@@ -57,11 +73,15 @@ def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
     fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     fast.chat_template = CHATML
     torch.manual_seed(0)
-    config = Qwen2Config(**shape, bos_token_id=vocab["<|endoftext|>"], eos_token_id=vocab["<|im_end|>"])
-    model = Qwen2ForCausalLM(config).to(torch.float32)
+    config = LlamaConfig(**shape, attention_bias=True, bos_token_id=vocab["<|endoftext|>"],
+                         eos_token_id=vocab["<|im_end|>"])
+    model = LlamaForCausalLM(config).to(torch.float32)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     model.save_pretrained(tmp)
     fast.save_pretrained(tmp)
+    loaded = AutoTokenizer.from_pretrained(tmp)   # as both servers will load it
+    if loaded("w1 w2")["input_ids"] != [1, 2] or loaded.decode([1, 2]) != "w1 w2":
+        raise RuntimeError(f"the bench tokenizer does not round-trip when loaded as {type(loaded).__name__}")
     os.replace(tmp, target)
     return target, shape
 
@@ -80,6 +100,7 @@ async def one(client, url: str, model: str, req: dict, headers: dict) -> dict:
     body = {"model": model, **req, "temperature": 0, "stream": True}
     started = time.perf_counter()
     stamps = []
+    text = ""
     async with client.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as resp:
         if resp.status_code != 200:
             raise RuntimeError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
@@ -88,11 +109,12 @@ async def one(client, url: str, model: str, req: dict, headers: dict) -> dict:
                 continue
             chunk = json.loads(line[6:])
             for choice in chunk.get("choices") or []:
-                text = (choice.get("delta") or {}).get("content")
-                if text:
+                content = (choice.get("delta") or {}).get("content")
+                if content:
                     # a word-level vocabulary: each generated token is one word in the text
-                    stamps.extend([time.perf_counter()] * max(1, len(text.split())))
-    return {"start": started, "stamps": stamps}
+                    stamps.extend([time.perf_counter()] * max(1, len(content.split())))
+                    text += content
+    return {"start": started, "stamps": stamps, "text": text}
 
 
 async def drive(url: str, model: str, reqs: list[dict], concurrency: int, headers: dict) -> dict:
@@ -112,7 +134,7 @@ async def drive(url: str, model: str, reqs: list[dict], concurrency: int, header
     itl = [b - a for r in results for a, b in zip(r["stamps"], r["stamps"][1:]) if b > a]
     return {"output_tokens": tokens, "wall_s": round(wall, 3), "tok_s": round(tokens / wall, 3),
             "ttft_p50_s": pct(ttft, 50), "ttft_p95_s": pct(ttft, 95),
-            "itl_p50_s": pct(itl, 50), "itl_p95_s": pct(itl, 95)}
+            "itl_p50_s": pct(itl, 50), "itl_p95_s": pct(itl, 95), "answers": [r["text"] for r in results]}
 
 
 def pct(values: list[float], p: float):
@@ -169,49 +191,72 @@ class Child:
                 os.killpg(self.proc.pid, 9)
 
 
-def run_builtin(model_dir: Path, reqs, concurrency: int, batch: int, platform, dtype: str) -> dict:
+def swiftbox_server(model_dir: Path, batch: int, platform, dtype: str, prefill_chunk: int | None) -> Child:
     port = free_port()
-    child = Child("swiftbox-serve", [sys.executable, "-m", "swiftbox", "serve", str(model_dir), "--engine", "builtin",
-                                     "--port", str(port), "--max-batch-size", str(batch), "--served-model-name",
-                                     "bench", "--dtype", dtype, "--device", platform.name], port)
-    try:
-        problem = child.wait_healthy()
-        if problem:
-            raise RuntimeError(problem)
-        asyncio.run(drive(child.url, "bench", reqs[:1], 1, {}))  # warm-up
-        seq = asyncio.run(drive(child.url, "bench", reqs, 1, {}))
-        print(f"builtin sequential: {seq}", file=sys.stderr)
-        conc = asyncio.run(drive(child.url, "bench", reqs, concurrency, {}))
-        print(f"builtin x{concurrency}: {conc}", file=sys.stderr)
-        return {"sequential": seq, "concurrent": conc}
-    finally:
-        child.stop()
+    argv = [sys.executable, "-m", "swiftbox", "serve", str(model_dir), "--engine", "builtin", "--port", str(port),
+            "--max-batch-size", str(batch), "--served-model-name", "bench", "--dtype", dtype, "--device", platform.name]
+    if prefill_chunk:
+        argv += ["--prefill-chunk", str(prefill_chunk)]
+    return Child(f"swiftbox-serve-{dtype}", argv, port)
 
 
-def run_transformers_serve(model_dir: Path, reqs, concurrency: int, timeout: float, platform,
-                           dtype: str) -> tuple[dict | None, str | None]:
+def transformers_server(model_dir: Path, platform, dtype: str) -> Child | str:
     exe = Path(sys.executable).with_name("transformers")
     if not exe.is_file():
-        return None, "the `transformers` CLI is not installed"
+        return "the `transformers` CLI is not installed"
     port = free_port()
     argv = [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
             "--device", platform.device_type, "--dtype", dtype]
-    child = Child("transformers-serve", argv, port)
-    try:
-        problem = child.wait_healthy()
-        if problem:
-            return None, problem
-        model = str(model_dir)
-        try:
-            asyncio.run(asyncio.wait_for(drive(child.url, model, reqs[:1], 1, {}), timeout))
-            conc = asyncio.run(asyncio.wait_for(drive(child.url, model, reqs, concurrency, {}), timeout))
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {str(exc)[:300]} ({_tail(child.log)})"
-            return None, f"transformers serve failed on the request set: {why}"
-        print(f"transformers serve x{concurrency}: {conc}", file=sys.stderr)
-        return {"concurrent": conc, "argv": " ".join(argv[1:])}, None
-    finally:
-        child.stop()
+    return Child("transformers-serve", argv, port)
+
+
+class GenerateLoop:
+    """bench/_generate_loop.py in its own process: a plain model.generate loop, one request at a time."""
+
+    def __init__(self, model_dir: Path, dtype: str):
+        self.log = Path(tempfile.gettempdir()) / f"bench-generate-{os.getpid()}.log"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_generate_loop.py"), str(model_dir), dtype],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "wb"),
+                                     text=True, env=env, start_new_session=True)
+
+    def wait_ready(self) -> str | None:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        return None if line.startswith('{"ready"') else f"generate loop did not start: {_tail(self.log)}"
+
+    def run(self, reqs: list[dict]) -> dict:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(reqs) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"generate loop died: {_tail(self.log)}")
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            self.proc.wait(timeout=30)
+
+
+def summary(runs: list) -> dict | None:
+    """Median of every figure over the rounds that ran (None: a round where the side failed)."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return None
+    out: dict = {}
+    for key in runs[0]:
+        if key == "answers":
+            continue
+        values = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = round(statistics.median(values), 4) if values else None
+    out["rounds"] = [r["tok_s"] for r in runs]
+    return out
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
+            "rounds": [round(v, 3) for v in values]}
 
 
 def _tail(path: Path) -> str:
@@ -224,18 +269,23 @@ def _tail(path: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="bench serve")
-    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each runs every phase once)")
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="scale the depth down for a "
                                                                                         "quick try")
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="the built-in engine's --prefill-chunk")
     ap.add_argument("--no-transformers-serve", action="store_true")
-    ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for transformers serve's run")
+    ap.add_argument("--no-generate", action="store_true")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the built-in engine's bfloat16 phases")
+    ap.add_argument("--phases", default=None, help="comma list: run only these phases (e.g. sequential,generate)")
+    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every side (default: torch's own)")
+    ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for one transformers serve phase")
     ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
     ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
-    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (GIL hand-over, s)")
     args = ap.parse_args()
-    if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)
+    if args.threads:   # before torch loads; the children inherit it
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     from swiftbox.device import current_platform
@@ -243,39 +293,132 @@ def main() -> int:
 
     platform = current_platform(None if args.device == "auto" else args.device)
     dtype = platform.resolve_dtype(args.dtype)
+    bf16 = not args.no_bf16 and dtype != "bfloat16" and platform.bf16_supported()
 
     cache = cache_root() / "bench"
     cache.mkdir(parents=True, exist_ok=True)
     model_dir, shape = build_model(args.layers, cache)
     reqs = request_set(args.requests)
-    ours = run_builtin(model_dir, reqs, args.concurrency, args.concurrency, platform, dtype)
-    if args.no_transformers_serve:
-        theirs, reason = None, "skipped (--no-transformers-serve)"
-    else:
-        theirs, reason = run_transformers_serve(model_dir, reqs, args.concurrency, args.ts_timeout, platform, dtype)
-    seq, conc = ours["sequential"], ours["concurrent"]
+    conc = args.concurrency
+    children: list = []
+    reasons: dict[str, str] = {}
+    try:
+        ours = swiftbox_server(model_dir, conc, platform, dtype, args.prefill_chunk)
+        children.append(ours)
+        ours_bf16 = swiftbox_server(model_dir, conc, platform, "bfloat16", args.prefill_chunk) if bf16 else None
+        if ours_bf16:
+            children.append(ours_bf16)
+        theirs = None
+        if args.no_transformers_serve:
+            reasons["transformers_serve"] = "skipped (--no-transformers-serve)"
+        else:
+            made = transformers_server(model_dir, platform, dtype)
+            if isinstance(made, str):
+                reasons["transformers_serve"] = made
+            else:
+                theirs = made
+                children.append(theirs)
+        loop = None if args.no_generate else GenerateLoop(model_dir, dtype)
+        if loop:
+            children.append(loop)
+        for child in [c for c in children if isinstance(c, Child)]:
+            problem = child.wait_healthy()
+            if problem and child is theirs:
+                reasons["transformers_serve"], theirs = problem, None
+            elif problem:
+                raise RuntimeError(problem)
+        if loop and (problem := loop.wait_ready()):
+            reasons["generate"], loop = problem, None
+
+        def http(child: Child, model: str, n: int):
+            return lambda: asyncio.run(asyncio.wait_for(drive(child.url, model, reqs, n, {}), args.ts_timeout))
+
+        phases = {"sequential": http(ours, "bench", 1), "concurrent": http(ours, "bench", conc)}
+        if theirs:
+            phases["transformers_serve"] = http(theirs, str(model_dir), conc)
+        if loop:
+            phases["generate"] = lambda: loop.run(reqs)
+        if ours_bf16:
+            phases["sequential_bf16"] = http(ours_bf16, "bench", 1)
+            phases["concurrent_bf16"] = http(ours_bf16, "bench", conc)
+        for name, child in (("swiftbox", ours), ("swiftbox-bf16", ours_bf16), ("transformers", theirs)):
+            if child:   # warm-up: first requests pay for lazy initialisation
+                model = "bench" if name.startswith("swiftbox") else str(model_dir)
+                asyncio.run(drive(child.url, model, reqs[:2], 2, {}))
+        if loop:
+            loop.run(reqs[:1])
+
+        if args.phases:
+            phases = {k: v for k, v in phases.items() if k in args.phases.split(",")}
+        results: dict[str, list] = {name: [] for name in phases}
+        load: list = []
+        names = list(phases)
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                before = os.getloadavg()[0]
+                if name in reasons:     # failed in an earlier round: not retried
+                    results[name].append(None)
+                    continue
+                try:
+                    results[name].append(phases[name]())
+                except Exception as exc:   # a peer failing must not lose its earlier rounds or our figures
+                    reasons[name] = f"round {r}: {type(exc).__name__}: {str(exc)[:300]}"
+                    results[name].append(None)
+                    continue
+                load.append([r, name, round(before, 2)])
+                figures = {k: v for k, v in results[name][-1].items() if k != "answers"}
+                print(f"round {r} {name} (load {before:.1f}): {json.dumps(figures)}", file=sys.stderr, flush=True)
+    finally:
+        for child in children:
+            child.stop()
+
+    def ratio(a: str, b: str):
+        if a not in results or b not in results:
+            return None
+        pairs = [x["tok_s"] / y["tok_s"] for x, y in zip(results[a], results[b], strict=True)
+                 if x and y and y["tok_s"]]
+        return spread(pairs) if pairs else None
+
+    same = None
+    if "sequential_bf16" in results:
+        fp32, half = results["sequential"][0]["answers"], (results["sequential_bf16"][0] or {}).get("answers", [])
+        same = f"{sum(a == b for a, b in zip(fp32, half))}/{len(fp32)}" if half else None
     result = {
         "bench": "serve",
-        "machine": {"cpu": _platform.processor() or _platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": _cpu_name() or _platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "python": _platform.python_version(),
-                    "torch": torch.__version__, "device": platform.name, "device_name": platform.device_name()},
+                    "torch": torch.__version__, "device": platform.name, "device_name": platform.device_name(),
+                    "bf16_native": platform.bf16_native()},
         "model": {"shape": "Qwen2.5-0.5B" if args.layers == QWEN25_05B["num_hidden_layers"]
                   else f"Qwen2.5-0.5B with {args.layers} layers",
                   **{k: shape[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                            "num_attention_heads", "num_key_value_heads", "vocab_size")},
-                  "dtype": dtype, "weights": "random"},
-        "requests": len(reqs), "concurrency": args.concurrency, "switch_interval_s": sys.getswitchinterval(),
+                  "dtype": dtype, "weights": "random", "architecture": "llama (q/k/v bias)"},
+        "requests": len(reqs), "concurrency": conc, "rounds": args.rounds, "prefill_chunk": args.prefill_chunk,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "prompt_words": [len(r["messages"][0]["content"].split()) for r in reqs],
         "max_tokens": [r["max_tokens"] for r in reqs],
-        "sequential": seq, "concurrent": conc,
-        "ratio": round(conc["tok_s"] / seq["tok_s"], 3) if seq["tok_s"] else None,
-        "transformers_serve": theirs and theirs["concurrent"],
-        "transformers_serve_reason": reason,
-        "vs_transformers_serve": (round(conc["tok_s"] / theirs["concurrent"]["tok_s"], 3)
-                                  if theirs and theirs["concurrent"]["tok_s"] else None),
+        **{name: summary(runs) for name, runs in results.items()},
+        "ratio": ratio("concurrent", "sequential"),
+        "vs_transformers_serve": ratio("concurrent", "transformers_serve"),
+        "vs_generate": ratio("sequential", "generate"),
+        "bf16_vs_fp32": ratio("concurrent_bf16", "concurrent"),
+        "bf16_sequential_vs_fp32": ratio("sequential_bf16", "sequential"),
+        "bf16_same_answers": same,
+        "skipped": reasons or None,
+        "load_avg_1m": load,
     }
     print(json.dumps(result), flush=True)
     return 0
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

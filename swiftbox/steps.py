@@ -393,6 +393,9 @@ class ServeStep(StepBase):
     max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")
     max_queue: int = Field(128, ge=1, le=100_000, description="built-in engine: sequences waiting for a slot; "
                            "past it requests get 429 with Retry-After")
+    prefill_chunk: int = Field(256, ge=1, le=1_000_000, description="built-in engine: prompt tokens prefilled per "
+                               "step between decode steps (chunked prefill; smaller = smoother streams under long "
+                               "prompts)")
     devices: Optional[DevicesField] = Field(None, description="a count (2) or ids ('0,1', one id '3,'); vLLM "
                                                               "tensor-parallel size = the number of devices")
     dtype: Dtype = "auto"

@@ -144,7 +144,7 @@ def test_native_bf16_is_read_from_cpu_flags(monkeypatch):
 
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(AMD_EPYC_AVX2)) == []
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(SAPPHIRE_RAPIDS)) == ["amx_bf16", "avx512_bf16"]
-    assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(GRAVITON3)) == []     # ARM bf16: not detected (yet)
+    assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(GRAVITON3)) == ["bf16"]    # Arm v8.6 BF16
     assert cpu_module.cpu_flags("no flags line") == set()
     real = cpu_module.cpu_flags
     for text, dtype in ((AMD_EPYC_AVX2, "float32"), (SAPPHIRE_RAPIDS, "bfloat16")):

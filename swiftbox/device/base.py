@@ -115,6 +115,10 @@ class Platform:
     def bf16_supported(self) -> bool:
         return False
 
+    def bf16_native(self) -> bool:
+        """Whether bf16 matmuls run in hardware here (so bf16 can be faster than fp32, not only smaller)."""
+        return self.bf16_supported()
+
     def default_dtype(self) -> str:
         """The compute dtype training and inference use unless told otherwise."""
         if self.bf16_supported():

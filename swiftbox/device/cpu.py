@@ -1,6 +1,7 @@
 """CPU platform: always available; gloo for multi-process. Default dtype: bf16 where the CPU multiplies bf16
-natively (AMX or AVX512-BF16: oneDNN then runs bf16 GEMMs at 2-16x the fp32 rate), else fp32 (without those
-units torch emulates bf16 matmuls through fp32 conversions, slower than fp32 itself)."""
+natively (x86 AMX-BF16 or AVX512_BF16, Arm's BF16 extension: bf16 GEMMs then run at 2-16x the fp32 rate), else
+fp32: bf16 always works on a CPU (torch's kernels), but without those units (e.g. an AVX2-only EPYC) torch converts
+to fp32 and back and bf16 is slower than fp32 itself. `bf16_native()` says which, from the kernel's CPU flags."""
 from __future__ import annotations
 
 import os
@@ -8,15 +9,18 @@ import platform as _platform
 
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
 
-# /proc/cpuinfo flags of the units that multiply bf16 natively (Intel Sapphire Rapids+ AMX; Cooper Lake, Zen 4+)
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# /proc/cpuinfo flags of the units that multiply bf16 natively: Intel Sapphire Rapids+ AMX, Cooper Lake / Zen 4+
+# AVX512_BF16, Arm v8.6+ BF16 (its "Features" line)
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+CPUINFO = "/proc/cpuinfo"
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is missing: other OSes count as none)."""
+    """The CPU feature flags Linux reports, from `cpuinfo` text or the CPUINFO file (empty where it is missing:
+    other OSes count as none)."""
     if cpuinfo is None:
         try:
-            with open("/proc/cpuinfo") as fh:
+            with open(CPUINFO, encoding="utf-8", errors="replace") as fh:
                 cpuinfo = fh.read()
         except OSError:
             return set()
@@ -63,12 +67,12 @@ class CpuPlatform(Platform):
     def bf16_supported(self) -> bool:
         return True  # works (slowly) through torch's CPU kernels
 
-    def native_bf16(self) -> bool:
-        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16)."""
+    def bf16_native(self) -> bool:
+        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16 / Arm BF16)."""
         return bool(native_bf16_flags())
 
     def default_dtype(self) -> str:
-        return "bfloat16" if self.native_bf16() else "float32"
+        return "bfloat16" if self.bf16_native() else "float32"
 
     def training_args(self, dtype: str) -> dict:
         return {"use_cpu": True, "bf16": dtype == "bfloat16", "fp16": False}

@@ -170,10 +170,10 @@ def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     limit = cfg.max_model_len or int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
     engine = BuiltinEngine(model, tokenizer, base_name=names.base, adapters=list(names.loras),
                            max_batch_size=cfg.max_batch_size, max_model_len=limit, device=platform.torch_device(0),
-                           max_waiting=cfg.max_queue)
+                           max_waiting=cfg.max_queue, prefill_chunk=cfg.prefill_chunk)
     engine.start()
     log(f"built-in engine: {names.base} + {len(names.loras)} adapter(s), {dtype}, batch {cfg.max_batch_size}, "
-        f"context {limit}")
+        f"context {limit}, prefill chunk {cfg.prefill_chunk}")
     return BuiltinBackend(engine, tokenizer, max_model_len=limit), names, engine.shutdown
 
 

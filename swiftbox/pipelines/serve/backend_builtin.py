@@ -1,8 +1,9 @@
 """OpenAI requests on the built-in engine: chat template, token budget checks, SSE or JSON answers.
 
-Each choice (`n`) is its own engine sequence; events come back on an asyncio queue. A client that
-disconnects cancels its sequences, which frees their slots: mid-stream through the generator's `finally`,
-for a plain JSON answer by polling `request.is_disconnected()` while it waits.
+Each choice (`n`) is its own engine sequence, all n submitted together so they share one prefill; events
+come back on an asyncio queue (logprobs, when asked, arrive just before their token; logprobs.py shapes
+them). A client that disconnects cancels its sequences, which frees their slots: mid-stream through the
+generator's `finally`, for a plain JSON answer by polling `request.is_disconnected()` while it waits.
 
 Prompts longer than `max_prompt_chars` are refused before tokenizing, and the chat template and tokenizer
 run in a worker thread, so one large prompt never stalls /health or the other streams.
@@ -17,6 +18,7 @@ from typing import Any, Optional
 from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.pipelines.serve.engine_builtin import QueueFull
 from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, model_not_found, queue_full
+from swiftbox.pipelines.serve.logprobs import Entry, Formatter
 from swiftbox.pipelines.serve.protocol import new_id, now, usage
 from swiftbox.pipelines.serve.sampling import SamplingParams
 from swiftbox.pipelines.serve.textstream import TextStream
@@ -106,7 +108,8 @@ class BuiltinBackend:
             raise context_exceeded(prompt_len, max_tokens, self.max_model_len)
         return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                               seed=req.seed, stop=list(req.stop or []), presence_penalty=req.presence_penalty,
-                              frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty)
+                              frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+                              logprobs=req.logprob_count)
 
     def adapter_for(self, model: str) -> Optional[str]:
         """The engine's adapter for this model name, resolved once per request (404 once it is unloaded)."""
@@ -181,23 +184,42 @@ class Run:
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
         self.parser = backend.answer_parser(req) if hasattr(req, "messages") else None
+        self.want_logprobs = params.logprobs is not None
+        self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
+        self._pending_lp: list = [None] * req.n
+        self.fmt = Formatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
+        self.offsets = [len(req.prompt) if getattr(req, "echo", False) else 0 for _ in range(req.n)]
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         adapter = self.adapter
+        params = []
         for i in range(self.req.n):
             p = self.params
             if self.req.n > 1 and p.seed is not None:
                 p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
-            sink = (lambda k: lambda event: self.queue.put_nowait((k, event)))(i)
-            try:
-                self.handles.append(self.backend.engine.submit(self.prompt, p, adapter, sink, loop))
-            except QueueFull as full:
-                self.cancel()
-                raise queue_full(full.waiting) from None
-            except AdapterGone:  # unloaded between the model check and here
-                self.cancel()
-                raise model_not_found(self.req.model, self.backend.model_names()) from None
+            params.append(p)
+        sinks = [(lambda k: lambda event: self.queue.put_nowait((k, event)))(i) for i in range(self.req.n)]
+        try:
+            self.handles = self.backend.engine.submit_many(self.prompt, params, adapter, sinks, loop)
+        except QueueFull as full:
+            raise queue_full(full.waiting) from None
+        except AdapterGone:  # unloaded between the model check and here
+            raise model_not_found(self.req.model, self.backend.model_names()) from None
+
+    def take_logprobs(self, i: int) -> list[Entry]:
+        """The logprob entries of choice i's tokens since the last call (what the next chunk carries)."""
+        taken, self.logprobs[i] = self.logprobs[i], []
+        return taken
+
+    def chat_logprobs(self, entries: list[Entry]) -> Optional[dict]:
+        return self.fmt.chat(entries) if self.want_logprobs else None
+
+    def completion_logprobs(self, i: int, entries: list[Entry]) -> Optional[dict]:
+        if not self.want_logprobs:
+            return None
+        out, self.offsets[i] = self.fmt.completion(entries, self.offsets[i])
+        return out
 
     def cancel(self) -> None:
         for h in self.handles:
@@ -211,9 +233,15 @@ class Run:
             if i not in open_:
                 continue
             stream = self.streams[i]
+            if kind == "logprobs":
+                self._pending_lp[i] = value
+                continue
             if kind == "token":
                 self.tokens[i] += 1
                 self._observe_token(i)
+                if self._pending_lp[i] is not None:
+                    self.logprobs[i].append((value, self._pending_lp[i]))
+                    self._pending_lp[i] = None
                 delta = stream.add(value)
                 if stream.stopped:
                     self.handles[i].cancel()
@@ -263,12 +291,13 @@ class Run:
             self._observe_done()
         model = self.req.model
         if chat:
-            choices = [{"index": i, **self._message(texts[i], reasons[i])} for i in range(self.req.n)]
+            choices = [{"index": i, **self._message(texts[i], reasons[i]),
+                        "logprobs": self.chat_logprobs(self.take_logprobs(i))} for i in range(self.req.n)]
             return {"id": self.id, "object": "chat.completion", "created": self.created, "model": model,
                     "choices": choices, "usage": self.usage()}
         echo = self.req.prompt if getattr(self.req, "echo", False) else ""
-        choices = [{"index": i, "text": echo + texts[i], "logprobs": None, "finish_reason": reasons[i]}
-                   for i in range(self.req.n)]
+        choices = [{"index": i, "text": echo + texts[i], "logprobs": self.completion_logprobs(i, self.take_logprobs(i)),
+                    "finish_reason": reasons[i]} for i in range(self.req.n)]
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": model,
                 "choices": choices, "usage": self.usage()}
 
@@ -285,12 +314,15 @@ class Run:
         return {"message": message, "logprobs": None, "finish_reason": reason}
 
     def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first=False) -> str:
+        """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk."""
+        entries = [] if first else self.take_logprobs(i)
         if chat:
             d = {"role": "assistant", "content": delta or ""} if first else ({"content": delta} if delta else {})
-            choice = {"index": i, "delta": d, "logprobs": None, "finish_reason": reason}
+            choice = {"index": i, "delta": d, "logprobs": self.chat_logprobs(entries), "finish_reason": reason}
             obj = "chat.completion.chunk"
         else:
-            choice = {"index": i, "text": delta or "", "logprobs": None, "finish_reason": reason}
+            choice = {"index": i, "text": delta or "", "logprobs": self.completion_logprobs(i, entries),
+                      "finish_reason": reason}
             obj = "text_completion"
         body = {"id": self.id, "object": obj, "created": self.created, "model": self.req.model, "choices": [choice]}
         if self.req.include_usage:
@@ -309,7 +341,8 @@ class Run:
         yield self._delta_chunk(i, {}, msg["finish_reason"])
 
     def _delta_chunk(self, i: int, delta: dict, reason: Optional[str]) -> str:
-        choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+        choice = {"index": i, "delta": delta, "logprobs": self.chat_logprobs(self.take_logprobs(i)),
+                  "finish_reason": reason}
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model,
                 "choices": [choice]}
         if self.req.include_usage:

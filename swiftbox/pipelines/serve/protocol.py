@@ -18,6 +18,7 @@ MAX_N = 8
 MAX_STOP = 4
 MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
 MAX_TOP_K = 1_000_000           # larger than any vocabulary
+MAX_TOP_LOGPROBS = 20           # OpenAI's bound for chat; vLLM's default for completions too
 
 
 def utf8(text: str) -> str:
@@ -52,6 +53,7 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     user: Optional[str] = None
+    return_tokens_as_token_ids: bool = False      # vLLM's extension: logprob tokens as "token_id:N"
 
     @field_validator("stop")
     @classmethod
@@ -132,6 +134,8 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None     # vLLM's extension, e.g. {"enable_thinking": false}
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @field_validator("tools")
     @classmethod
@@ -146,14 +150,22 @@ class ChatCompletionRequest(SamplingFields):
     def _merge_max(self):
         if self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         for m in self.messages:
             m.text()  # raises on non-text parts -> 422
         return self
+
+    @property
+    def logprob_count(self) -> Optional[int]:
+        """None: no logprobs; k: the chosen token's logprob and the k most likely."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(SamplingFields):
     prompt: Union[str, list[str]] = Field(...)
     echo: bool = False
+    logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @field_validator("prompt")
     @classmethod
@@ -165,6 +177,10 @@ class CompletionRequest(SamplingFields):
         if not value:
             raise ValueError("prompt must be non-empty")
         return utf8(value)
+
+    @property
+    def logprob_count(self) -> Optional[int]:
+        return self.logprobs
 
 
 def new_id(prefix: str) -> str:

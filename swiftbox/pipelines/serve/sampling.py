@@ -1,8 +1,12 @@
-"""Per-request sampling for the built-in engine: penalties, temperature, top-k, top-p, seeded draws.
+"""Per-request sampling for the built-in engine: penalties, temperature, top-k, top-p, seeded draws, logprobs.
 
 One row of logits per sequence; each sequence carries its own settings and, when it asked for a
 seed, its own torch.Generator - so a seeded request gives the same answer whatever else is batched.
 A row whose scores are not finite raises `NonFiniteLogits`; the engine fails that request alone.
+
+Logprobs follow OpenAI's and vLLM's meaning: the log-softmax of the model's raw next-token scores, before
+penalties, temperature, top-k and top-p (the distribution the model gives, not the one the draw used), for
+the chosen token and the `top_logprobs` most likely ones.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logprobs: Optional[int] = None      # None: none; k >= 0: the chosen token's logprob and the top k
+
 
     @property
     def greedy(self) -> bool:
@@ -86,3 +92,21 @@ def _check_finite(logits) -> None:
 
     if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
         raise NonFiniteLogits("the next-token scores are not finite (NaN/inf); check the sampling settings")
+
+
+def token_logprobs(logits, rows: list[int], tokens: list[int], tops: list[int]) -> list[tuple]:
+    """(chosen token's logprob, [(token, logprob), ...top k]) for each of `rows` of a [batch, vocab] score
+    tensor: one log-softmax over those rows and one device->host copy."""
+    import torch
+
+    index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+    logp = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor(tokens, dtype=torch.long, device=logits.device).unsqueeze(1))
+    chosen_list = chosen.squeeze(1).tolist()
+    k = max(tops)
+    top_vals: list = [[] for _ in rows]
+    top_ids: list = [[] for _ in rows]
+    if k > 0:
+        vals, ids = torch.topk(logp, k, dim=-1)
+        top_vals, top_ids = vals.tolist(), ids.tolist()
+    return [(chosen_list[i], list(zip(top_ids[i][:tops[i]], top_vals[i][:tops[i]]))) for i in range(len(rows))]

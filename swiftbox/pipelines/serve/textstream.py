@@ -1,7 +1,9 @@
 """Token ids -> text deltas for one sequence: incremental detokenization and stop strings.
 
 Text that could still be the start of a stop string is held back, so a stop string never leaks into
-a stream; a partial UTF-8 character (decoded as U+FFFD) waits for its next byte.
+a stream; a partial UTF-8 character (decoded as U+FFFD) waits for its next byte. Detokenizing is
+incremental (the prefix/read offsets of TGI and vLLM): each token decodes a short window of ids, not the
+whole answer again, so the cost per token does not grow with the answer.
 """
 from __future__ import annotations
 
@@ -14,15 +16,23 @@ class TextStream:
         self.sent = 0
         self.stopped = False
         self._longest = max((len(s) for s in self.stops), default=0)
+        self._prefix = 0            # ids[_prefix:_read] decode to the text just before the newest piece
+        self._read = 0
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def add(self, token: int) -> str:
         """Feed one token; returns the text that may be sent now (maybe '')."""
         if self.stopped:
             return ""
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
+        before = self._decode(self.ids[self._prefix:self._read])
+        after = self._decode(self.ids[self._prefix:])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""
+        text = self.text + after[len(before):]
+        self._prefix, self._read = self._read, len(self.ids)
         self.text = text
         if self.stops:
             start = max(0, self.sent - self._longest)
@@ -37,8 +47,8 @@ class TextStream:
     def flush(self) -> str:
         """At the end of the sequence: whatever was held back."""
         if not self.stopped:
-            full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-            if len(full) >= len(self.text):
+            full = self._decode(self.ids)
+            if len(full) >= len(self.text) and full.startswith(self.text[:self.sent]):
                 self.text = full
         return self._take(len(self.text))
 

@@ -1,0 +1,85 @@
+"""logprobs / top_logprobs and n through the official openai client on the built-in engine (toy, live on 127.0.0.1):
+OpenAI's shapes streamed and whole, the values equal to a direct forward pass, n choices on one prefill."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.serve_fixtures import KEY, start_server
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+MSG = [{"role": "user", "content": "Is 12 even?"}]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    server, names, stop = start_server("toy", work_dir=tmp_path_factory.mktemp("serve"))
+    yield server
+    stop()
+
+
+@pytest.fixture
+def client(live):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def engine(live):
+    return live.server.config.app.state.backend.engine
+
+
+def test_chat_logprobs_whole_and_streamed(client):
+    kw = dict(model="toy", messages=MSG, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(**kw)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens >= 1
+    assert "".join(c.token for c in content) == r.choices[0].message.content
+    for c in content:
+        assert c.bytes == list(c.token.encode("utf-8")) and c.logprob <= 0
+        tops = [t.logprob for t in c.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True)
+        assert c.top_logprobs[0].token == c.token and abs(tops[0] - c.logprob) < 1e-6   # greedy: the best one
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    streamed = [c for ch in chunks if ch.choices and ch.choices[0].logprobs for c in ch.choices[0].logprobs.content]
+    assert [(c.token, round(c.logprob, 4)) for c in streamed] == [(c.token, round(c.logprob, 4)) for c in content]
+    plain = client.chat.completions.create(model="toy", messages=MSG, max_tokens=4, temperature=0)
+    assert plain.choices[0].logprobs is None
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="toy", messages=MSG, top_logprobs=2)
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="toy", messages=MSG, logprobs=True, top_logprobs=21)
+
+
+def test_completion_logprobs_equal_a_direct_forward_pass(client, live):
+    """Sampled at temperature 0.7 with a penalty, the logprobs are still the model's own (raw scores): their
+    sum equals one forward pass over prompt + answer to 1e-3."""
+    import torch
+
+    backend = live.server.config.app.state.backend
+    prompt = "Is 3 odd? Answer:"
+    r = client.completions.create(model="toy", prompt=prompt, max_tokens=8, temperature=0.7, seed=3, logprobs=2,
+                                  frequency_penalty=0.5, extra_body={"return_tokens_as_token_ids": True})
+    lp = r.choices[0].logprobs
+    ids = [int(t.removeprefix("token_id:")) for t in lp.tokens]
+    assert len(ids) == r.usage.completion_tokens >= 1 and all(len(top) == 2 for top in lp.top_logprobs)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(ids))]
+    prompt_ids = backend.tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        logits = backend.engine.model(torch.tensor([prompt_ids + ids])).logits[0]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    direct = logp[torch.arange(len(prompt_ids) - 1, len(prompt_ids) + len(ids) - 1), torch.tensor(ids)]
+    assert abs(sum(lp.token_logprobs) - float(direct.sum())) < 1e-3
+    streamed = [v for c in client.completions.create(model="toy", prompt=prompt, max_tokens=8, temperature=0.7,
+                                                       seed=3, logprobs=2, frequency_penalty=0.5, stream=True)
+                if c.choices and c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
+    assert [round(v, 4) for v in streamed] == [round(v, 4) for v in lp.token_logprobs]
+
+
+def test_n_choices_share_the_prompts_prefill(client, live):
+    before = dict(engine(live).stats)
+    r = client.chat.completions.create(model="toy", messages=MSG, max_tokens=6, temperature=1.0, seed=4, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    after = engine(live).stats
+    assert after["prefills"] - before["prefills"] == 1 and after["requests"] - before["requests"] == 1
+    alone = [client.chat.completions.create(model="toy", messages=MSG, max_tokens=6, temperature=1.0,
+                                            seed=4 + i).choices[0].message.content for i in range(3)]
+    assert [c.message.content for c in r.choices] == alone
