@@ -68,7 +68,8 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
     if cfg.method == "full" and cfg.beta > 0 and not (cfg.deepspeed or cfg.fsdp):
         ref_copy = copy.deepcopy(tm.model).eval().requires_grad_(False)   # the starting point, adapters merged
     ckpt_dir = ctx.work_dir / "checkpoints"
-    args = GRPOConfig(**common_args(cfg, ctx, dtype, ckpt_dir), num_generations=cfg.num_generations,
+    common = {**common_args(cfg, ctx, dtype, ckpt_dir), "include_num_input_tokens_seen": False}  # TRL counts them
+    args = GRPOConfig(**common, num_generations=cfg.num_generations,
                       max_completion_length=cfg.max_completion_length, beta=cfg.beta, temperature=cfg.temperature,
                       top_p=cfg.top_p, loss_type=cfg.loss_type, reward_weights=cfg.reward_weights,
                       use_vllm=cfg.use_vllm, vllm_mode="colocate", log_completions=False, shuffle_dataset=True)
