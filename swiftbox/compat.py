@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 CHECKED_AGAINST = {
-    "trl": "1.16.0",             # trl.trainer.utils._use_triton
+    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers
     "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
@@ -41,6 +41,29 @@ def trl_scores_label_positions_only() -> Iterator[None]:
         yield
     finally:
         trl_utils._use_triton = original
+
+
+# -- TRL: trainers that live only in trl.experimental ------------------------------------------------------
+TRL_EXPERIMENTAL = {"orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer"),
+                    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer")}
+
+
+def trl_experimental(name: str) -> tuple[Any, Any]:
+    """(Config, Trainer) classes of a TRL trainer that has no stable home yet (ORPO; CPO, which runs SimPO).
+    The one place that names their module: when TRL moves them, this line and its test break, nothing else."""
+    import importlib
+
+    from swiftbox.errors import SwiftboxError
+
+    module, config, trainer = TRL_EXPERIMENTAL[name]
+    try:
+        found = importlib.import_module(module)
+        return getattr(found, config), getattr(found, trainer)
+    except (ImportError, AttributeError) as exc:
+        import trl
+
+        raise SwiftboxError(f"TRL {trl.__version__} has no {module}.{trainer} (swiftbox was checked against TRL "
+                            f"{CHECKED_AGAINST['trl']}): {exc}") from None
 
 
 # -- gptqmodel: its per-layer log goes into the step's output, not ./logs ----------------------------------

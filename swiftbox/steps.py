@@ -190,7 +190,47 @@ class DpoStep(TrainBase):
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
     ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
     learning_rate: float = Field(5e-5, gt=0, lt=1)
-    epochs: float = Field(1, gt=0)
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+
+class KtoStep(TrainBase):
+    """unpaired preference alignment with KTO (prompt + completion + good/bad label)"""
+
+    beta: float = Field(0.1, gt=0, le=100, description="KTO temperature (deviation from the reference model)")
+    loss_type: Literal["kto", "apo_zero_unpaired"] = Field("kto", description="TRL KTO loss type")
+    desirable_weight: float = Field(1.0, gt=0, le=1000, description="weight of the losses of good (label true) rows")
+    undesirable_weight: float = Field(1.0, gt=0, le=1000, description="weight of the losses of bad (label false) rows")
+    ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
+    learning_rate: float = Field(5e-5, gt=0, lt=1)
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+
+class OrpoStep(TrainBase):
+    """preference alignment with ORPO (SFT + odds ratio, no reference model)"""
+
+    beta: float = Field(0.1, gt=0, le=100, description="ORPO lambda: weight of the odds-ratio term beside the SFT loss")
+    learning_rate: float = Field(5e-5, gt=0, lt=1)
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+
+class SimpoStep(TrainBase):
+    """preference alignment with SimPO (length-normalised reward margin, no reference model)"""
+
+    beta: float = Field(2.0, gt=0, le=100, description="SimPO beta: scale of the length-normalised reward")
+    gamma: float = Field(0.5, ge=0, le=100, description="SimPO gamma: target reward margin")
+    cpo_alpha: float = Field(0.0, ge=0, le=100, description="weight of an SFT (behaviour cloning) term on the chosen "
+                             "replies; 0 = pure SimPO, >0 = CPO-SimPO")
+    learning_rate: float = Field(5e-5, gt=0, lt=1)
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+
+class RmStep(TrainBase):
+    """reward model from preference pairs (a sequence-classification head that scores texts, for GRPO)"""
+
+    center_rewards: Optional[float] = Field(None, ge=0, le=100, description="weight of a penalty that keeps rewards "
+                                            "centred on zero (TRL center_rewards_coefficient, e.g. 0.01)")
+    learning_rate: float = Field(1e-4, gt=0, lt=1)
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
 GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo"]     # TRL GRPOConfig.loss_type values swiftbox offers
@@ -468,6 +508,10 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "download": DownloadStep,
     "sft": SftStep,
     "dpo": DpoStep,
+    "kto": KtoStep,
+    "orpo": OrpoStep,
+    "simpo": SimpoStep,
+    "rm": RmStep,
     "grpo": GrpoStep,
     "eval": EvalStep,
     "merge": MergeStep,

@@ -31,6 +31,28 @@ def test_trl_probe_is_restored_after_an_error():
     assert trl_utils._use_triton is original
 
 
+@pytest.mark.parametrize("name", sorted(compat.TRL_EXPERIMENTAL))
+def test_trl_experimental_trainers_are_where_orpo_and_simpo_import_them(name):
+    from transformers import Trainer, TrainingArguments
+
+    config, trainer = compat.trl_experimental(name)
+    module = compat.TRL_EXPERIMENTAL[name][0]
+    assert issubclass(trainer, Trainer) and issubclass(config, TrainingArguments), \
+        f"trl {compat.CHECKED_AGAINST['trl']} had {module}; this trl moved or changed it"
+    fields = set(inspect.signature(config).parameters)
+    assert {"beta", "max_length"} <= fields                       # what swiftbox/pipelines/{orpo,simpo}.py set
+    if name == "cpo":
+        assert {"loss_type", "simpo_gamma", "cpo_alpha"} <= fields
+
+
+def test_trl_experimental_move_is_one_line_error(monkeypatch):
+    from swiftbox.errors import SwiftboxError
+
+    monkeypatch.setitem(compat.TRL_EXPERIMENTAL, "orpo", ("trl.experimental.nowhere", "ORPOConfig", "ORPOTrainer"))
+    with pytest.raises(SwiftboxError, match="checked against TRL"):
+        compat.trl_experimental("orpo")
+
+
 def test_gptqmodel_log_dir_is_a_module_global_it_reads(tmp_path):
     pytest.importorskip("gptqmodel")  # the [quant] extra; installed in the dev venv and CI
     from gptqmodel.looper import loop_processor

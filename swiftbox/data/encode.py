@@ -151,28 +151,47 @@ def dpo_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict
     chosen / rejected = only the replies. Long prompts lose tokens from the left (system prompt kept)."""
     out, counts = [], Counts()
     for row in rows:
-        counts.rows += 1
-        tools = row.get("tools")
-        prompt = render(tokenizer, row["prompt"], tools, generation_prompt=True)
-        chosen = completion_text(tokenizer, row["prompt"], row["chosen"], tools)
-        rejected = completion_text(tokenizer, row["prompt"], row["rejected"], tools)
-        if not all(any(p.strip() for m in row[k] for p in payload_texts(m)) for k in ("chosen", "rejected")):
-            counts.dropped += 1
-            continue
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        longest = max(len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in (chosen, rejected))
-        if len(p_ids) + longest > max_length:
-            if longest >= max_length:
-                counts.dropped += 1
-                continue
-            head = _prompt_head(tokenizer, row["prompt"], prompt, p_ids)
-            if head + longest >= max_length:
-                head = 0
-            keep = max_length - longest - head
-            prompt = tokenizer.decode(p_ids[:head] + p_ids[len(p_ids) - keep:])
-            counts.truncated += 1
-        out.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+        split = prompt_and_replies(tokenizer, row, ("chosen", "rejected"), max_length, counts)
+        if split is not None:
+            out.append({"prompt": split[0], "chosen": split[1], "rejected": split[2]})
     return out, counts
+
+
+def kto_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], Counts]:
+    """{prompt, completion, label} strings for TRL's KTO, split exactly as `dpo_strings` splits a pair."""
+    out, counts = [], Counts()
+    for row in rows:
+        split = prompt_and_replies(tokenizer, row, ("completion",), max_length, counts)
+        if split is not None:
+            out.append({"prompt": split[0], "completion": split[1], "label": row["label"]})
+    return out, counts
+
+
+def prompt_and_replies(tokenizer, row: dict, sides: tuple[str, ...], max_length: int,
+                       counts: Counts) -> Optional[list[str]]:
+    """[prompt, reply per side] for one row (each reply as the template renders it after the prompt), the prompt
+    cut from the left so that it and the longest reply fit `max_length`; None (counted as dropped) when a reply
+    is empty or alone too long."""
+    counts.rows += 1
+    tools = row.get("tools")
+    prompt = render(tokenizer, row["prompt"], tools, generation_prompt=True)
+    replies = [completion_text(tokenizer, row["prompt"], row[k], tools) for k in sides]
+    if not all(any(p.strip() for m in row[k] for p in payload_texts(m)) for k in sides):
+        counts.dropped += 1
+        return None
+    p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    longest = max(len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in replies)
+    if len(p_ids) + longest > max_length:
+        if longest >= max_length:
+            counts.dropped += 1
+            return None
+        head = _prompt_head(tokenizer, row["prompt"], prompt, p_ids)
+        if head + longest >= max_length:
+            head = 0
+        keep = max_length - longest - head
+        prompt = tokenizer.decode(p_ids[:head] + p_ids[len(p_ids) - keep:])
+        counts.truncated += 1
+    return [prompt, *replies]
 
 
 def _prompt_head(tokenizer, messages, text, ids) -> int:

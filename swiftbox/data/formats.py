@@ -14,6 +14,8 @@ before the last assistant turn, the reference that reply), a prompt-only convers
 DPO rows -> {"prompt": [...], "chosen": [...], "rejected": [...], "tools"?}: `prompt`/`chosen`/`rejected`
 (strings or message lists), `messages` + `rejected_response` (ms-swift), query/instruction + chosen/rejected
 or + response/rejected_response, ShareGPT ranking rows (`conversations` + `chosen`/`rejected` objects).
+KTO rows -> {"prompt": [...], "completion": [...], "label": bool, "tools"?}: TRL's `prompt`/`completion`/`label`,
+or any SFT row (its last assistant turn is the completion) with `label` (ms-swift) or `kto_tag` (LLaMA-Factory).
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ SFT_FORMATS = ("messages", "conversations/from/value (ShareGPT)", "instruction/i
                "query/response")
 DPO_FORMATS = ("prompt/chosen/rejected", "messages + rejected_response", "instruction/input/chosen/rejected (alpaca)",
                "query/response/rejected_response", "conversations + chosen/rejected (ShareGPT ranking)")
+KTO_FORMATS = ("prompt/completion/label", "messages + label (ms-swift)", "conversations + kto_tag (LLaMA-Factory)",
+               "any SFT row + label or kto_tag")
 GRPO_FORMATS = ("messages (+ answer/solution)", "conversations/from/value (ShareGPT)", "instruction/input/output",
                 "prompt/query (+ answer/solution)")
 REFERENCE_COLUMNS = ("solution", "answer")
@@ -245,6 +249,33 @@ def dpo_row(row: dict) -> dict:
     else:
         raise Skip
     out = {"prompt": prompt, "chosen": _completion(chosen, "chosen"), "rejected": _completion(rejected, "rejected")}
+    return _with_tools(row, out)
+
+
+def _label(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"label must be true (a good completion) or false (a bad one), got {value!r}")
+
+
+def kto_row(row: dict) -> dict:
+    """One unpaired row in any accepted format -> {prompt, completion (messages), label (bool)} (+ tools)."""
+    key = "label" if "label" in row else "kto_tag" if "kto_tag" in row else None
+    if key is None:
+        raise Skip
+    if "prompt" in row and "completion" in row:
+        prompt = row["prompt"]
+        prompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else messages_of(prompt, "prompt")
+        prompt = _system(row) + prompt if not any(m["role"] == "system" for m in prompt) else prompt
+        out: dict = {"prompt": prompt, "completion": _completion(row["completion"], "completion")}
+    else:
+        msgs = sft_row({k: v for k, v in row.items() if k not in ("label", "kto_tag")})["messages"]
+        out = {"prompt": msgs[:-1], "completion": msgs[-1:]}
+    out["label"] = _label(row[key])
     return _with_tools(row, out)
 
 

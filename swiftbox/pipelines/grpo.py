@@ -51,7 +51,6 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
     from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training, trainable_parameters
     from swiftbox.training.outputs import log, save_artifact, step_result
-    from swiftbox.training.reward_scoring import reward_model_scorer
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
@@ -61,7 +60,7 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
         log(f"grpo: {counts.truncated} prompt(s) truncated from the left to max_length {cfg.max_length}")
     references = [p["solution"] for p in prompts]
     reward_funcs = rewards.build(cfg.rewards, references=references, max_completion_length=cfg.max_completion_length,
-                                 model_loader=lambda path: reward_model_scorer(path, ctx.platform))
+                                 model_loader=lambda path: rewards.reward_model_scorer(path, ctx.platform))
     reference_scores = rewards.reference_scores(reward_funcs, [p["prompt"] for p in prompts], references)
 
     ref_copy = None

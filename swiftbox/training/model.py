@@ -3,6 +3,10 @@
 
 An input that is an adapter artifact is continued: earlier adapters in its chain are merged in and
 the last one is loaded trainable (so DPO after SFT trains the SFT adapter further).
+
+`reward_head=True` (the rm step) loads a sequence-classification model with one output instead (a new `score`
+head on the same body): an input adapter chain is merged in and a fresh adapter is trained, its task type
+SEQ_CLS so PEFT trains and saves the whole head too (modules_to_save).
 """
 from __future__ import annotations
 
@@ -53,16 +57,16 @@ def quantization_config(cfg, dtype: str, platform):
                               bnb_4bit_compute_dtype=torch_dtype(dtype), **quantization_extra(cfg, torch_dtype(dtype)))
 
 
-def lora_config(cfg):
+def lora_config(cfg, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
 
     targets = cfg.lora.targets
     return LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                      target_modules=targets, use_dora=cfg.method == "dora", task_type="CAUSAL_LM")
+                      target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type)
 
 
-def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
-    from transformers import AutoModelForCausalLM
+def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool = False) -> TrainModel:
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     spec = resolve_spec(ref)
     if spec.quantized:
@@ -83,21 +87,26 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
         kwargs["device_map"] = device_map
     if qconf is not None:
         kwargs["quantization_config"] = qconf
+    if reward_head:
+        kwargs["num_labels"] = 1
+    auto = AutoModelForSequenceClassification if reward_head else AutoModelForCausalLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(spec.base, **kwargs)
+        model = auto.from_pretrained(spec.base, **kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
     if qconf is not None:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
-    if model.generation_config is not None and tokenizer.pad_token_id is not None:
+    if getattr(model, "generation_config", None) is not None and tokenizer.pad_token_id is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if reward_head:
+        model.config.pad_token_id = tokenizer.pad_token_id    # the head reads the last token before the padding
 
     base_ref, continued = ref, None
     adapters = list(spec.adapters)
     if adapters:
-        keep_last = cfg.method != "full"     # full fine-tuning trains the merged weights
+        keep_last = cfg.method != "full" and not reward_head   # full FT / a new head train the merged weights
         model = apply_adapters(model, adapters, merge_all=not keep_last, trainable=keep_last)
         if keep_last:
             continued = str(adapters[-1])
@@ -109,7 +118,7 @@ def load_for_training(ref: str, cfg, platform, dtype: str) -> TrainModel:
         set_seed(cfg.seed)            # the adapter's initial weights follow the step's seed, not earlier steps
 
         try:
-            model = get_peft_model(model, lora_config(cfg))
+            model = get_peft_model(model, lora_config(cfg, "SEQ_CLS" if reward_head else "CAUSAL_LM"))
         except ValueError as exc:  # PEFT's refusal of the settings, e.g. target modules the model does not have
             raise UserError(f"lora.targets {cfg.lora.targets!r}: {' '.join(str(exc).split())[:300]}") from None
     # No KV cache while training: besides wasting memory, a cache makes transformers skip the packed-sequence

@@ -161,6 +161,25 @@ def _builtin(spec: RewardSpec, choices: list[str], max_len: int, model_loader) -
     return model_loader(spec.arg)
 
 
+def reward_model_scorer(path: str, platform: Any) -> Callable:
+    """`model:DIR`: the rm step's reward model (swiftbox.training.reward_model), loaded on first use, scoring the
+    prompt (already the generation-prompt render) + the completion as the template renders a reply."""
+    loaded: list = []
+
+    def reward_model(prompts, completions, **kwargs) -> list[float]:
+        from swiftbox.data.encode import completion_text
+        from swiftbox.training.reward_model import load
+
+        if not loaded:
+            loaded.append(load(path, platform=platform))
+        rm = loaded[0]
+        asked = [{"role": "user", "content": "?"}]
+        return rm.score([p + completion_text(rm.tokenizer, asked, [{"role": "assistant", "content": c}])
+                         for p, c in zip(prompts, completions)])
+
+    return reward_model
+
+
 def pick(completion: str, choices: list[str]) -> Optional[str]:
     """The choice the completion names first (whole words, case-insensitive), None when it names none."""
     text = normalise(completion)

@@ -1,0 +1,42 @@
+"""Unpaired preference alignment with KTO, on TRL's KTOTrainer.
+
+Rows are single completions labelled good (true) or bad (false): TRL's prompt/completion/label, ms-swift's
+`messages` + `label`, LLaMA-Factory's `kto_tag`. The flow is the one every preference step shares
+(training/preference.py): prompt and completion split exactly as DPO splits a pair. Like DPO, the reference
+policy is a frozen copy of the starting point (an SFT adapter's "ref" copy, `ref_adapter:`, or for full
+fine-tuning a frozen copy of the model).
+"""
+from __future__ import annotations
+
+import copy
+
+from swiftbox.device import Platform
+from swiftbox.errors import UserError
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import KtoStep
+from swiftbox.training.model import check_training
+from swiftbox.training.preference import Method, reference, run_preference
+
+
+def check(cfg: KtoStep, platform: Platform) -> None:
+    if cfg.ref_adapter and cfg.method == "full":
+        raise UserError("kto.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not full")
+    check_training(cfg, platform)
+
+
+def run(cfg: KtoStep, ctx: StepContext) -> StepResult:
+    return run_preference(cfg, ctx, Method("kto", f"kto (beta {cfg.beta})", unpaired=True), build)
+
+
+def build(cfg: KtoStep, tm, train, evals, args: dict, extra: list):
+    from trl import KTOConfig, KTOTrainer
+
+    ref_model = copy.deepcopy(tm.model).eval().requires_grad_(False) if cfg.method == "full" else None
+    config = KTOConfig(**args, beta=cfg.beta, loss_type=cfg.loss_type, desirable_weight=cfg.desirable_weight,
+                       undesirable_weight=cfg.undesirable_weight, max_length=cfg.max_length)
+    trainer = KTOTrainer(model=tm.model, ref_model=ref_model, args=config, processing_class=tm.tokenizer,
+                         train_dataset=train, eval_dataset=evals, callbacks=extra)
+    return trainer, {"reference": reference("kto", trainer, cfg, tm.continued)}
+
+
+PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run)
