@@ -30,7 +30,7 @@ def run(tmp_path, name, *steps):
 def always_yes(tmp_path, start: int, n: int) -> str:
     """Parity questions whose reference is always "yes": what a few GRPO steps can learn."""
     lines = (ROOT / SFT_DATA).read_text().splitlines()[start:start + n]
-    rows = [{"prompt": json.loads(line)["messages"][0]["content"], "solution": "yes"} for line in lines]
+    rows = [{"messages": [json.loads(line)["messages"][0], {"role": "assistant", "content": "yes"}]} for line in lines]
     path = tmp_path / f"yes-{start}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
@@ -57,7 +57,7 @@ def test_grpo_exact_reward_moves_the_policy_toward_the_reference(tmp_path):
     assert manifest["continued_from"] == str(tmp_path / "g" / "sft") and manifest["rewards"] == [
         {"spec": "exact", "weight": 1.0}]
     assert (out / "loss.png").is_file() and (out / "adapter_model.safetensors").is_file()
-    assert not (out / "ref").exists() and {"reward", "kl", "accuracy"} <= set(manifest["log_history"][-1])
+    assert not (out / "ref").exists() and any({"reward", "kl", "accuracy"} <= set(e) for e in manifest["log_history"])
 
 
 def test_user_reward_file_and_reward_model(tmp_path, toy_dir):
