@@ -92,8 +92,8 @@ def test_grpo_lifts_a_weak_sft_adapter_on_the_quickstart_task(tmp_path):
     summary = run(tmp_path, "p",
                   {"sft": WEAK_SFT},
                   {"eval": {"dataset": EVAL_DATA}},
-                  {"grpo": {"dataset": SFT_DATA, "rewards": ["exact"], "num_generations": 8, "batch_size": 32,
-                            "max_steps": 40, "learning_rate": 2e-3, "max_completion_length": 4, "logging_steps": 1,
+                  {"grpo": {"dataset": SFT_DATA, "rewards": ["exact"], "num_generations": 4, "batch_size": 64,
+                            "max_steps": 30, "learning_rate": 1e-3, "max_completion_length": 4, "logging_steps": 1,
                             "save_steps": 100}},
                   {"eval": {"dataset": EVAL_DATA}})
     before, m, after = (summary["steps"][i]["metrics"] for i in (1, 2, 3))
