@@ -67,8 +67,10 @@ PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementati
               for x in ("--platform", n)]
 # part -> the packages it imports that the image lacks (a part runs only when they travelled)
 PART_NEEDS = {"env": [], "train": ["trl", "datasets", "pydantic"], "export": ["trl", "datasets", "pydantic"],
-              "quickstart": ["trl", "datasets", "pydantic", "gptqmodel", "optimum", "fastapi", "uvicorn", "openai"],
-              "sft": ["trl", "datasets", "pydantic"], "serve": ["pydantic", "fastapi", "uvicorn", "httpx"],
+              "quickstart": ["trl", "datasets", "pydantic", "gptqmodel", "optimum", "fastapi", "uvicorn", "openai",
+                             "prometheus_client"],
+              "sft": ["trl", "datasets", "pydantic"], "serve": ["pydantic", "fastapi", "uvicorn", "httpx",
+                                                                "prometheus_client"],
               "profile": ["trl", "datasets", "pydantic"]}
 # test ids deselected when a package is absent: QLoRA needs bitsandbytes, GPTQ needs gptqmodel
 OPTIONAL = {"bitsandbytes": "qlora", "gptqmodel": "gptq"}

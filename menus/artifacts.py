@@ -22,7 +22,7 @@ MAX_DEPTH = 3
 class Artifact:
     path: str
     kind: str              # the step that made it (sft, merge, ...)
-    artifact: str          # model | adapter | report
+    artifact: str          # model | adapter | reward-model | report
     base_model: Optional[str]
     mtime: float
     metrics: dict
@@ -35,13 +35,15 @@ class Artifact:
         return f"{self.path}  ({self.kind} {self.artifact}{base}{quant})"
 
 
-TRAINING = ("sft", "dpo")
+TRAINING = ("sft", "dpo", "kto", "orpo", "simpo", "rm")
 
 
 def refusal(artifact: Artifact, task: Optional[str]) -> Optional[str]:
     """Why `artifact` cannot be the input of `task` (None: it can). Mirrors the pipelines' own refusals."""
     if task is None:
         return None
+    if artifact.artifact == "reward-model":
+        return "a reward model scores replies; it is not a model to train, chat with or export"
     if artifact.quantized:
         if task in TRAINING:
             return f"a {artifact.quantized}-quantized export cannot be fine-tuned; pick its base model"

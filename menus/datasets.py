@@ -18,6 +18,8 @@ SUFFIXES = (".jsonl", ".json", ".parquet")
 FORMATS = {
     "sft": [{"messages"}, {"conversations"}, {"instruction", "output"}, {"query", "response"}],
     "dpo": [{"prompt", "chosen", "rejected"}, {"messages", "rejected_response"}],
+    "kto": [{"prompt", "completion", "label"}, {"messages", "label"}, {"conversations", "kto_tag"},
+            {"conversations", "label"}, {"messages", "kto_tag"}],
     "eval": [{"messages"}, {"conversations"}, {"instruction", "output"}, {"query", "response"},
              {"question", "answer"}],
 }

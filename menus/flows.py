@@ -107,6 +107,44 @@ DPO = Flow(
     lambda st: _train_settings("dpo", st, {"beta": st["beta"]}),
 )
 
+
+def _preference_flow(kind: str, title: str, data: str, extra: list, settings: Callable[[dict], dict]) -> Flow:
+    """An alignment flow: model, data, method, rank, the method's own few questions (`extra`: (key, session ->
+    ask)), epochs, output."""
+    return Flow(
+        kind, title,
+        lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task=kind)),
+                   ("dataset", q.dataset(s, "kto" if kind == "kto" else "dpo", data)),
+                   ("method", q.method(s, kind)),
+                   ("rank", q.lora_rank(kind)),
+                   *[(key, make(s)) for key, make in extra],
+                   ("epochs", q.number("epochs", "Epochs:", kind, "epochs", float, 0.01, 1000)),
+                   ("output", q.output(s, kind))],
+        lambda st: _train_settings(kind, st, settings(st)),
+    )
+
+
+PAIRS = "Preference data (prompt / chosen / rejected):"
+KTO = _preference_flow(
+    "kto", "Align with KTO", "Unpaired data (prompt / completion / label true or false):",
+    [("beta", lambda s: q.number("beta", "beta (KTO temperature):", "kto", "beta", float, 0.0001, 100))],
+    lambda st: {"beta": st["beta"]})
+ORPO = _preference_flow(
+    "orpo", "Align with ORPO", PAIRS,
+    [("beta", lambda s: q.number("beta", "lambda (weight of the odds-ratio term):", "orpo", "beta", float, 0.0001,
+                                 100))],
+    lambda st: {"beta": st["beta"]})
+SIMPO = _preference_flow(
+    "simpo", "Align with SimPO", PAIRS,
+    [("beta", lambda s: q.number("beta", "beta (reward scale):", "simpo", "beta", float, 0.0001, 100)),
+     ("gamma", lambda s: q.number("gamma", "gamma (target reward margin):", "simpo", "gamma", float, 0, 100))],
+    lambda st: {"beta": st["beta"], "gamma": st["gamma"]})
+RM = _preference_flow(
+    "rm", "Train a reward model", PAIRS,
+    [("eval_dataset", lambda s: q.dataset(s, "dpo", "Held-out pairs (pairwise accuracy after training):",
+                                          optional="none", key="eval_dataset"))],
+    lambda st: {"eval_dataset": st.get("eval_dataset")})
+
 # -- using a model ------------------------------------------------------------------------------
 
 EVAL = Flow(
@@ -154,9 +192,19 @@ def _serve_questions(s: MenuSession) -> list:
                 ("the network (0.0.0.0; needs an API key)", "0.0.0.0")], "127.0.0.1")),
             ("port", q.number("port", "Port:", "serve", "port", int, 0, 65535)),
             ("api_key", lambda st: _api_key(st)),
+            ("runtime_adapters", q.pick("Let clients load LoRA adapters while it runs (/v1/load_lora_adapter)?",
+                                        "runtime_adapters", [
+                                            ("yes, from runs/ (default; on vLLM only when it serves adapters)", "auto"),
+                                            ("yes, also on vLLM (starts it with LoRA enabled)", True),
+                                            ("no", False)], "auto")),
             ("smoke", q.pick("Then:", "smoke", [("keep serving until Ctrl-C", False),
                                                  ("smoke test: start, ask one question, stop", True)], False)),
             ("output", q.output(s, "serve"))]
+
+
+def _runtime(state: dict):
+    value = state.get("runtime_adapters", "auto")
+    return None if value == "auto" else value
 
 
 def _api_key(state: dict):
@@ -168,7 +216,7 @@ def _api_key(state: dict):
 SERVE = Flow(
     "serve", "Serve (OpenAI API)", _serve_questions,
     lambda st: _clean({"engine": st["engine"], "host": st["host"], "port": st["port"], "api_key": st.get("api_key"),
-                       "smoke": st["smoke"] or None}),
+                       "runtime_adapters": _runtime(st), "smoke": st["smoke"] or None}),
 )
 
 # -- export ---------------------------------------------------------------------------------------
@@ -234,4 +282,4 @@ DOWNLOAD = Flow(
     lambda st: {},
 )
 
-FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, KTO, ORPO, SIMPO, RM, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}

@@ -19,7 +19,7 @@ from swiftbox.errors import SwiftboxError
 ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no pydantic schema
     ("download", "Download a model"),
     ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)"),
-    ("dpo", "Align (DPO)"),
+    ("align", "Align (DPO, KTO, ORPO, SimPO, reward model)"),
     ("chat", "Chat with a model"),
     ("eval", "Evaluate"),
     ("merge", "Merge adapter"),
@@ -34,8 +34,9 @@ ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no
 # what to offer after a step finished: (next step, title); merge only when the output is an adapter
 NEXT = {
     "download": [("sft", "Fine-tune it"), ("chat", "Chat with it"), ("eval", "Evaluate it")],
-    "sft": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it"), ("dpo", "Align it (DPO)")],
-    "dpo": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it")],
+    "sft": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it"), ("align", "Align it")],
+    **{kind: [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it")]
+       for kind in ("dpo", "kto", "orpo", "simpo")},
     "merge": [("quantize", "Quantize it"), ("serve", "Serve it"), ("chat", "Chat test"), ("eval", "Evaluate it")],
     "quantize": [("serve", "Serve it"), ("eval", "Evaluate it"), ("chat", "Chat test")],
 }
@@ -100,11 +101,24 @@ def dispatch(session: MenuSession, action: str) -> None:
         if outcome is not BACK and outcome.last_output:
             follow_up(session, *outcome.last_output)
         return None
+    if action == "serve":
+        from menus.server_adapters import choose, manage
+
+        how = choose(session)
+        if how is BACK:
+            return None
+        if how == "running":
+            return manage(session)
     return flow(session, action)
 
 
 def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
     from menus.flows import FLOWS, refusal, run_flow
+
+    if kind == "align":
+        from menus.align import align
+
+        return align(session, carry)
 
     reason = refusal(session, FLOWS[kind], carry)
     if reason:
@@ -130,7 +144,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     if not options:
         return None
     found = describe(output)
-    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "dpo")
+    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "dpo", "kto", "orpo", "simpo")
     choices = []
     for step, title in options:
         if step == "merge" and not is_adapter:

@@ -88,11 +88,13 @@ def model(session: MenuSession, message: str = "Model:", types: Iterable[str] = 
     return ask
 
 
-def dataset(session: MenuSession, kind: str, message: str = "Dataset:", optional: Optional[str] = None):
-    """Bundled files for `kind`, or a path validated as it is typed; `optional` titles a 'none' choice."""
+def dataset(session: MenuSession, kind: str, message: str = "Dataset:", optional: Optional[str] = None,
+            key: str = "dataset"):
+    """Bundled files for `kind`, or a path validated as it is typed; `optional` titles a 'none' choice; `key` is
+    the answer's key in the state (its previous value is the default)."""
 
     def ask(state: dict):
-        previous = state.get("dataset")
+        previous = state.get(key)
         files = datasets.bundled(kind)
         choices = [widgets.choice(f"{f}  (bundled)", f) for f in files]
         if optional:

@@ -52,10 +52,11 @@ def _add_schema_flags(parser: argparse.ArgumentParser, schema, prefix: str = "")
         names = [f"--{dest.replace('_', '-')}", f"--{dest}"]
         names += [] if prefix else ALIASES.get(name, [])
         kwargs: dict[str, typing.Any] = dict(dest=dest, default=argparse.SUPPRESS, help=field.description or "")
-        if ann is bool:
+        if ann is bool or ann == typing.Optional[bool]:   # Optional: unset means "the default for this case"
             kwargs["action"] = argparse.BooleanOptionalAction
         elif _is_list_type(ann):
             kwargs["nargs"] = "+"
+            kwargs["action"] = "extend"   # repeatable: --adapter-root a --adapter-root b
             kwargs["metavar"] = "VALUE"
         else:
             kwargs["metavar"] = name.upper()

@@ -433,6 +433,16 @@ class ServeStep(StepBase):
     api_key_file: Optional[str] = Field(None, description="file whose first line is the API key")
     insecure_no_auth: bool = Field(False, description="allow serving on a non-loopback address without an API key")
     adapters: Optional[dict[str, str]] = Field(None, description="name=path LoRA adapters served by model name")
+    runtime_adapters: Optional[bool] = Field(None, description="let clients load/unload LoRA adapters at run time "
+                                             "(/v1/load_lora_adapter); default: on for the built-in engine, on for "
+                                             "vLLM when adapters are given")
+    adapter_root: Optional[list[str]] = Field(None, description="directories runtime adapters may be loaded from "
+                                              "(repeatable; default: runs)")
+    max_lora_rank: Optional[int] = Field(None, ge=1, le=512, description="vLLM: the largest LoRA rank it can load "
+                                         "(default: 64 with runtime adapters, else the adapters' own)")
+    max_loras: Optional[int] = Field(None, ge=1, le=1024, description="vLLM: adapters in one batch (default: the "
+                                     "adapters given, at least 4 with runtime adapters)")
+    metrics_public: bool = Field(False, description="serve /metrics without the API key (for a Prometheus scraper)")
     served_model_name: Optional[str] = None
     max_model_len: Optional[int] = Field(None, ge=16, le=10**7)
     max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")

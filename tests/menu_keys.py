@@ -77,8 +77,8 @@ class FakeRunner:
         kind, settings = next(iter(recipe["steps"][-1].items()))
         out = Path(settings.get("output") or Path(runs_root or "runs") / recipe["name"] / kind)
         out.mkdir(parents=True, exist_ok=True)
-        artifact = self.artifact if kind in ("sft", "dpo") else ("model" if kind in ("merge", "quantize", "download")
-                                                                  else "report")
+        artifact = self.artifact if kind in ("sft", "dpo", "kto", "orpo", "simpo") else (
+            "model" if kind in ("merge", "quantize", "download") else "reward-model" if kind == "rm" else "report")
         (out / "swiftbox.json").write_text(json.dumps({"kind": kind, "artifact": artifact, "base_model": "toy",
                                                        "input": recipe.get("model")}))
         return {"recipe": recipe["name"], "device": "cpu",

@@ -26,8 +26,10 @@ def make_adapter(toy_dir: Path, out: Path, seed: int) -> Path:
 
 
 def start_server(model_ref: str, *, adapters: dict | None = None, api_key: str | None = KEY,
-                 max_model_len: int | None = 256, max_batch_size: int = 4, work_dir: Path | None = None):
-    """(ServerThread, close) for a built-in engine server on 127.0.0.1 with a free port."""
+                 max_model_len: int | None = 256, max_batch_size: int = 4, work_dir: Path | None = None,
+                 **serve_settings):
+    """(ServerThread, close) for a built-in engine server on 127.0.0.1 with a free port (`serve_settings`: more
+    ServeStep fields, e.g. adapter_root, metrics_public)."""
     from swiftbox.device import current_platform
     from swiftbox.pipelines.serve import open_backend
     from swiftbox.pipelines.serve.app import build_app
@@ -35,10 +37,10 @@ def start_server(model_ref: str, *, adapters: dict | None = None, api_key: str |
     from swiftbox.steps import ServeStep
 
     cfg = ServeStep(engine="builtin", adapters=adapters, max_model_len=max_model_len, max_batch_size=max_batch_size,
-                    api_key=api_key)
+                    api_key=api_key, **serve_settings)
     backend, names, close = open_backend(cfg, model_ref, current_platform("cpu"), work_dir=work_dir or Path("."),
                                          log=lambda m: None)
-    server = ServerThread(build_app(backend, api_key=api_key)).start()
+    server = ServerThread(build_app(backend, api_key=api_key, metrics_public=cfg.metrics_public)).start()
 
     def stop():
         server.stop()

@@ -59,9 +59,10 @@ FLOW_CASES = {
     "chat": ([ENTER, DOWN + ENTER, ENTER, ENTER, ENTER], {"prompt": "Is 12345 odd?"}, "toy"),
     "quantize": ([ENTER, ESC, ENTER, ENTER, DOWN + ENTER, ENTER, ENTER, ENTER],
                  {"method": "gptq", "bits": 8}, "toy"),
-    "serve": ([ENTER, DOWN + ENTER, ENTER, BACKSPACE * 4 + "9001" + ENTER, "sk-test" + ENTER, DOWN + ENTER, ENTER,
-               ENTER],
-              {"engine": "builtin", "host": "127.0.0.1", "port": 9001, "api_key": "sk-test", "smoke": True}, "toy"),
+    "serve": ([ENTER, DOWN + ENTER, ENTER, BACKSPACE * 4 + "9001" + ENTER, "sk-test" + ENTER, DOWN + DOWN + ENTER,
+               DOWN + ENTER, ENTER, ENTER],
+              {"engine": "builtin", "host": "127.0.0.1", "port": 9001, "api_key": "sk-test", "runtime_adapters": False,
+               "smoke": True}, "toy"),
     "download": ([ENTER, ENTER, ENTER], {}, "toy"),
 }
 
@@ -113,7 +114,7 @@ def test_ctrl_c_while_serving_stops_the_server_and_returns_to_main(tmp_path, mon
         raise KeyboardInterrupt
 
     session = make_session(tmp_path, runner=serving)
-    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]):
+    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]):
         with pytest.raises(widgets.ToMain):
             run_flow(session, FLOWS["serve"])
     assert "  server stopped" in session.echoed
@@ -155,7 +156,7 @@ def test_qlora_offered_where_the_platform_can(tmp_path, monkeypatch, built):
 def test_vllm_disabled_without_vllm(tmp_path, monkeypatch, built):
     session = make_session(tmp_path)
     # engine list: auto, builtin, vllm (disabled): two Downs stop at builtin, wrapping goes back to auto
-    chunks = [ENTER, DOWN + DOWN + DOWN + ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]
+    chunks = [ENTER, DOWN + DOWN + DOWN + ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]
     with keys(monkeypatch, chunks):
         outcome = run_flow(session, FLOWS["serve"])
     assert only_step(outcome.recipe)[1]["engine"] in ("auto", "builtin")
@@ -318,7 +319,7 @@ def test_save_only_writes_a_recipe_the_runner_accepts(tmp_path, monkeypatch, bui
 
 def test_a_saved_recipe_never_holds_the_api_key(tmp_path, monkeypatch, built):
     session = make_session(tmp_path)
-    chunks = [ENTER, ENTER, ENTER, ENTER, "sk-secret" + ENTER, ENTER, ENTER, DOWN + ENTER]  # ... Save and run
+    chunks = [ENTER, ENTER, ENTER, ENTER, "sk-secret" + ENTER, ENTER, ENTER, ENTER, DOWN + ENTER]  # ... Save and run
     with keys(monkeypatch, chunks):
         outcome = run_flow(session, FLOWS["serve"])
     assert "sk-secret" not in (tmp_path / "recipes" / f"{outcome.recipe['name']}.yaml").read_text()

@@ -182,7 +182,7 @@ def metric(live, name):
 
 
 def test_disconnect_mid_stream_frees_the_slot(live):
-    before = metric(live, "engine_cancelled")
+    before = metric(live, "engine_cancelled_total")
     body = {"model": "toy", "messages": MSG, "max_tokens": 200, "stream": True, "temperature": 1.0,
             "stop": None}
     with httpx.Client(timeout=60) as c:
@@ -192,7 +192,8 @@ def test_disconnect_mid_stream_frees_the_slot(live):
             got = [next(lines) for _ in range(4)]
             assert got[0].startswith("data: ")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (metric(live, "active") or metric(live, "engine_cancelled") == before):
+    while time.monotonic() < deadline and (metric(live, "num_requests_running")
+                                           or metric(live, "engine_cancelled_total") == before):
         time.sleep(0.1)
-    assert metric(live, "active") == 0 and metric(live, "engine_cancelled") > before
+    assert metric(live, "num_requests_running") == 0 and metric(live, "engine_cancelled_total") > before
     assert httpx.get(live.url + "/health", timeout=30).status_code == 200

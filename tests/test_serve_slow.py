@@ -91,10 +91,10 @@ def test_burst_no_5xx_and_healthy_after(live):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         load = httpx.get(live.url + "/metrics", headers=AUTH, timeout=10).text
-        if "swiftbox_active 0" in load and "swiftbox_waiting 0" in load:
+        if "swiftbox_num_requests_running 0.0" in load and "swiftbox_num_requests_waiting 0.0" in load:
             break
         time.sleep(0.2)
-    assert "swiftbox_active 0" in load and "swiftbox_engine_errors 0" in load
+    assert "swiftbox_num_requests_running 0.0" in load and "swiftbox_engine_errors_total 0.0" in load
     assert httpx.get(live.url + "/health", timeout=10).status_code == 200
     r = httpx.post(live.url + "/v1/chat/completions", headers=AUTH, timeout=60,
                    json={"model": "toy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})

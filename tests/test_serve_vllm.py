@@ -47,16 +47,27 @@ def test_plan_flags(tmp_path):
     assert "--enable-lora" in argv and "--trust-remote-code" in argv and "--max-num-seqs" not in argv
     i = argv.index("--lora-modules")
     assert argv[i + 1:i + 3] == [f"a={loras['a']}", f"b={loras['b']}"]
-    assert _flag(argv, "--max-lora-rank") == "32"
+    # adapters given: runtime adapters on by default, room for more adapters and ranks up to 64
+    assert _flag(argv, "--max-lora-rank") == "64" and _flag(argv, "--max-loras") == "4"
+    assert p.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and p.max_lora_rank == 64
     assert p.model_names == ["base", "a", "b"]
     assert p.env["SWIFTBOX_DEVICE"] == CudaPlatform.name and p.env[CudaPlatform.visible_devices_env] == "0,1"
+    fixed = plan(ServeStep(engine="vllm", runtime_adapters=False), CudaPlatform(), model_path="/m", base_name="base",
+                 loras=loras, dtype="bfloat16", port=1, executable=["vllm"])
+    assert _flag(fixed.argv, "--max-lora-rank") == "32" and _flag(fixed.argv, "--max-loras") == "2"
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in fixed.env
+    asked = plan(ServeStep(engine="vllm", runtime_adapters=True, max_lora_rank=100), CudaPlatform(), model_path="/m",
+                 base_name="base", loras={}, dtype="bfloat16", port=1, executable=["vllm"])
+    assert "--enable-lora" in asked.argv and "--lora-modules" not in asked.argv
+    assert _flag(asked.argv, "--max-lora-rank") == "128" and asked.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
 def test_plan_on_ascend_uses_spawn_and_visible_devices():
     cfg = ServeStep(engine="vllm", devices="4,5,6,7")
     p = plan(cfg, NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16", port=1,
              executable=["vllm"])
-    assert p.argv[1] == "serve" and "--enable-lora" not in p.argv
+    assert p.argv[1] == "serve" and "--enable-lora" not in p.argv    # no adapters: vLLM's LoRA stays off
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in p.env
     assert _flag(p.argv, "--tensor-parallel-size") == "4" and _flag(p.argv, "--dtype") == "float16"
     assert p.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5,6,7"
@@ -131,7 +142,7 @@ def test_plan_parses_with_vllms_own_parser(tmp_path):
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
     loras = {"a": _adapter(tmp_path, "a", 16)}
-    cfg = ServeStep(engine="vllm", devices="0,1", max_model_len=2048)
+    cfg = ServeStep(engine="vllm", devices="0,1", max_model_len=2048, runtime_adapters=False)
     p = plan(cfg, CudaPlatform(), model_path="/m", base_name="base", loras=loras, dtype="bfloat16", port=8001,
              executable=["vllm"])
     parser = make_arg_parser(FlexibleArgumentParser())

@@ -1,5 +1,5 @@
 """Makes the bundled parity task the toy model learns in the quickstart. Deterministic:
-`python recipes/data/make_parity.py` rewrites the same three files byte for byte.
+`python recipes/data/make_parity.py` rewrites the same files byte for byte.
 
 Question: "Is N even?" or "Is N odd?"; answer "yes" or "no". Eval numbers never appear in training.
 """
@@ -35,10 +35,21 @@ def main() -> None:
         for _, q, a in rows(dpo, rng):
             wrong = "no" if a == "yes" else "yes"
             fh.write(json.dumps({"prompt": q, "chosen": a, "rejected": wrong}) + "\n")
+    evals = list(rows(held_out, rng))
     with open(HERE / "parity_eval.jsonl", "w") as fh:
-        for _, q, a in rows(held_out, rng):
+        for _, q, a in evals:
             fh.write(json.dumps({"messages": [{"role": "user", "content": q},
                                               {"role": "assistant", "content": a}]}) + "\n")
+    # KTO: each preference pair as two unpaired rows (the right answer good, the wrong one bad)
+    pairs = [json.loads(line) for line in (HERE / "parity_dpo.jsonl").read_text().splitlines()]
+    with open(HERE / "parity_kto.jsonl", "w") as fh:
+        for p in pairs:
+            fh.write(json.dumps({"prompt": p["prompt"], "completion": p["chosen"], "label": True}) + "\n")
+            fh.write(json.dumps({"prompt": p["prompt"], "completion": p["rejected"], "label": False}) + "\n")
+    # held-out pairs (the eval questions): a reward model's pairwise accuracy on numbers it never saw
+    with open(HERE / "parity_heldout_dpo.jsonl", "w") as fh:
+        for _, q, a in evals:
+            fh.write(json.dumps({"prompt": q, "chosen": a, "rejected": "no" if a == "yes" else "yes"}) + "\n")
 
 
 if __name__ == "__main__":

@@ -134,6 +134,18 @@ def apply_adapters(model, adapters: list[Path], *, merge_all: bool = False, trai
     return model
 
 
+def merge_into(model, adapters: list[Path]):
+    """Merge a chain of adapters into `model` whatever task each was trained for (an SFT adapter, a causal-LM one,
+    under a reward model's classification head): each loads as a plain PeftModel, not as its task's wrapper."""
+    from peft import PeftConfig, PeftModel
+
+    for adapter in adapters:
+        config = PeftConfig.from_pretrained(str(adapter))
+        config.task_type = None
+        model = PeftModel.from_pretrained(model, str(adapter), config=config).merge_and_unload()
+    return model
+
+
 def transformers_loads_gptq() -> bool:
     """transformers 5 loads GPTQ checkpoints through optimum's GPTQ integration plus gptqmodel kernels."""
     import importlib.util

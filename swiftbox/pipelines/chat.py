@@ -3,9 +3,12 @@
     ./launch.sh chat MODEL                      # loads MODEL (builtin engine / vLLM), chats on stdin
     ./launch.sh chat --url http://host:8000     # a running swiftbox/OpenAI-compatible server
     ./launch.sh chat MODEL --prompt "Is 7 even?"   # one question, prints the answer, exits
+    ./launch.sh chat --url http://host:8000 --adapters mine=runs/x/sft   # load an adapter into it, chat with it
 
 Without --url the model is served on a private 127.0.0.1 port for the session and spoken to with the
-official openai client, so the chat sees exactly what API clients see. Commands: /reset, /exit.
+official openai client, so the chat sees exactly what API clients see. With --url, `--adapters` are loaded
+into the running server (POST /v1/load_lora_adapter) and the chat talks to the last of them. Commands: /reset,
+/exit, /models (what the server serves), /use NAME, /load NAME PATH, /unload NAME.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 import secrets
 import sys
 import time
+from pathlib import Path
 
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
@@ -23,7 +27,8 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
 
     if cfg.url:
         key = cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or "unused"
-        return StepResult(metrics=_session(cfg.url.rstrip("/"), key, cfg.model, cfg))
+        model = _load_remote_adapters(cfg.url, key, cfg.adapters) or cfg.model
+        return StepResult(metrics=_session(cfg.url.rstrip("/"), key, model, cfg))
     if not ctx.input:
         raise UserError("chat: give a MODEL to load or --url of a running server")
     from swiftbox.pipelines.serve import open_backend
@@ -46,6 +51,56 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
         close()
 
 
+def _load_remote_adapters(url: str, key: str, adapters: dict | None) -> str | None:
+    """Load `adapters` into the server at `url`; the last one's name (the model to chat with), or None."""
+    from swiftbox.pipelines.serve.remote import Remote, RemoteError
+
+    if not adapters:
+        return None
+    remote = Remote(url, key)
+    try:
+        served = remote.models()
+        for name, path in adapters.items():
+            if name in served:
+                print(f"adapter {name}: already served", file=sys.stderr)
+                continue
+            print(remote.load(name, str(Path(path).expanduser().resolve())), file=sys.stderr)
+    except RemoteError as exc:
+        raise UserError(f"adapters: {url} refused it ({exc})") from None
+    finally:
+        remote.close()
+    return list(adapters)[-1]
+
+
+def _command(text: str, remote, model: str, served: list[str]) -> str:
+    """A session command (/models, /use, /load, /unload): prints the outcome, returns the model to use."""
+    from swiftbox.pipelines.serve.remote import RemoteError
+
+    cmd, *args = text.split()
+    try:
+        if cmd == "/models":
+            served[:] = remote.models()
+            print("  ".join(f"[{m}]" if m == model else m for m in served), file=sys.stderr)
+        elif cmd == "/use" and len(args) == 1:
+            served[:] = remote.models()
+            if args[0] not in served:
+                print(f"not served: {args[0]} (served: {', '.join(served)})", file=sys.stderr)
+            else:
+                model = args[0]
+        elif cmd == "/load" and len(args) == 2:
+            print(remote.load(args[0], str(Path(args[1]).expanduser().resolve())), file=sys.stderr)
+            model = args[0]
+        elif cmd == "/unload" and len(args) == 1:
+            print(remote.unload(args[0]), file=sys.stderr)
+            if model == args[0]:
+                model = (remote.models() or [model])[0]
+        else:
+            print("commands: /models  /use NAME  /load NAME PATH  /unload NAME  /reset  /exit", file=sys.stderr)
+    except RemoteError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+    return model
+
+
 def _session(url: str, key: str, model, cfg) -> dict:
     import openai
 
@@ -64,7 +119,11 @@ def _session(url: str, key: str, model, cfg) -> dict:
     if cfg.prompt is not None:
         answer, ttft = _ask(client, model, history + [{"role": "user", "content": cfg.prompt}], cfg, echo=True)
         return {"model": model, "answer": answer, "ttft_s": round(ttft, 4), "ok": True}
-    print(f"chatting with {model} at {base}  (/reset clears, /exit or Ctrl-D quits)", file=sys.stderr)
+    print(f"chatting with {model} at {base}  (served: {', '.join(served)}; /reset clears, /models, /use NAME, "
+          "/load NAME PATH, /unload NAME; /exit or Ctrl-D quits)", file=sys.stderr)
+    from swiftbox.pipelines.serve.remote import Remote
+
+    remote = Remote(url, key)
     turns = 0
     while True:
         try:
@@ -79,6 +138,9 @@ def _session(url: str, key: str, model, cfg) -> dict:
             break
         if text == "/reset":
             history = history[:1] if cfg.system else []
+            continue
+        if text.startswith("/"):
+            model = _command(text, remote, model, served)
             continue
         history.append({"role": "user", "content": text})
         answer, _ = _ask(client, model, history, cfg, echo=True, prefix="bot> ")

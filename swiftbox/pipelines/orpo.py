@@ -20,6 +20,7 @@ def run(cfg: OrpoStep, ctx: StepContext) -> StepResult:
 
 def build(cfg: OrpoStep, tm, train, evals, args: dict, extra: list):
     config_cls, trainer_cls = trl_experimental("orpo")
+    args = {**args, "include_num_input_tokens_seen": "no"}     # its batches hold chosen_/rejected_input_ids
     config = config_cls(**args, beta=cfg.beta, max_length=cfg.max_length, max_completion_length=cfg.max_length)
     trainer = trainer_cls(model=tm.model, args=config, processing_class=tm.tokenizer, train_dataset=train,
                           eval_dataset=evals, callbacks=extra)

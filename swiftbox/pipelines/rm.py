@@ -30,6 +30,13 @@ def build(cfg: RmStep, tm, train, evals, args: dict, extra: list):
     config = RewardConfig(**args, max_length=cfg.max_length, center_rewards_coefficient=cfg.center_rewards)
     trainer = RewardTrainer(model=tm.model, args=config, processing_class=tm.tokenizer, train_dataset=train,
                             eval_dataset=evals, callbacks=extra)
+    if cfg.method == "qlora":
+        # TRL casts every trainable parameter of a 4-bit model to bf16; LoRA layers cast their input, the plain
+        # score head does not, so keep it in the dtype the hidden states arrive in (float32 on a CPU)
+        compute = trainer.model.get_input_embeddings().weight.dtype
+        for name, param in trainer.model.named_parameters():
+            if param.requires_grad and "modules_to_save" in name:
+                param.data = param.data.to(compute)
     return trainer, {"head": "score (num_labels=1)", "score_with": "swiftbox.training.reward_model.score"}
 
 

@@ -20,6 +20,7 @@ def run(cfg: SimpoStep, ctx: StepContext) -> StepResult:
 
 def build(cfg: SimpoStep, tm, train, evals, args: dict, extra: list):
     config_cls, trainer_cls = trl_experimental("cpo")
+    args = {**args, "include_num_input_tokens_seen": "no"}     # its batches hold chosen_/rejected_input_ids
     config = config_cls(**args, loss_type="simpo", beta=cfg.beta, simpo_gamma=cfg.gamma, cpo_alpha=cfg.cpo_alpha,
                         max_length=cfg.max_length, max_completion_length=cfg.max_length)
     trainer = trainer_cls(model=tm.model, args=config, processing_class=tm.tokenizer, train_dataset=train,

@@ -20,6 +20,7 @@ from swiftbox.modeling.loading import (
     adapter_base_ref,
     apply_adapters,
     load_tokenizer,
+    merge_into,
     resolve_spec,
     torch_dtype,
 )
@@ -107,7 +108,10 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     adapters = list(spec.adapters)
     if adapters:
         keep_last = cfg.method != "full" and not reward_head   # full FT / a new head train the merged weights
-        model = apply_adapters(model, adapters, merge_all=not keep_last, trainable=keep_last)
+        if reward_head:
+            model = merge_into(model, adapters)
+        else:
+            model = apply_adapters(model, adapters, merge_all=not keep_last, trainable=keep_last)
         if keep_last:
             continued = str(adapters[-1])
             base_ref = adapter_base_ref(adapters[-1])

@@ -52,6 +52,9 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
 
     load, split = (data.load_kto, data.kto_strings) if method.unpaired else (data.load_dpo, data.dpo_strings)
     rows = load(cfg.dataset, cfg.seed, cfg.max_row_chars)
+    if method.unpaired and len({r["label"] for r in rows}) < 2:
+        raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
+                        f"every row is {rows[0]['label'] if rows else 'missing'}")
     eval_rows = load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
 
     from datasets import Dataset
@@ -73,9 +76,6 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
             "max_length)")
     if not examples:
         raise UserError(f"dataset {cfg.dataset}: no row has a non-empty reply that fits in max_length {cfg.max_length}")
-    if method.unpaired and len({e["label"] for e in examples}) < 2:
-        raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
-                        f"every row is {examples[0]['label']}")
     evals = split(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
 
     ckpt_dir = ctx.work_dir / "checkpoints"
@@ -100,6 +100,11 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     metrics.update(curves.first_last(history, "loss", "loss"))
     if evals:
         metrics.update(held_out(trainer.evaluate(), method))
+        sharded = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+        if method.reward_head and not sharded:
+            from swiftbox.training.reward_model import pairwise_accuracy
+
+            metrics["eval_reward_accuracy"] = pairwise_accuracy(trainer.model, tm.tokenizer, evals)
     trainable, total = trainable_parameters(tm.model)
     metrics.update({"steps": trainer.state.global_step, unit: len(examples), f"dropped_{unit}": counts.dropped,
                     f"truncated_{unit}": counts.truncated})

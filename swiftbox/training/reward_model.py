@@ -31,7 +31,10 @@ class RewardModel:
 
         if isinstance(texts, str):
             raise UserError("reward model: score() takes a list of texts, not one string")
+        eos = self.tokenizer.eos_token or ""
+        texts = [t if t.endswith(eos) else t + eos for t in texts]      # as TRL's RewardTrainer trained them
         out: list[float] = []
+        self.model.eval()
         saved_side = self.tokenizer.padding_side
         self.tokenizer.padding_side = "right"      # the head reads the last token before the padding
         try:
@@ -56,12 +59,21 @@ class RewardModel:
             self.tokenizer, messages, answer)
 
 
+def pairwise_accuracy(model: Any, tokenizer: Any, pairs: list[dict]) -> float:
+    """Share of {prompt, chosen, rejected} string pairs whose chosen text scores strictly higher (exact, where
+    the trainer's eval accuracy is a mean of per-batch means)."""
+    rm = RewardModel(model, tokenizer, next(model.parameters()).device)
+    chosen = rm.score([p["prompt"] + p["chosen"] for p in pairs])
+    rejected = rm.score([p["prompt"] + p["rejected"] for p in pairs])
+    return round(sum(c > r for c, r in zip(chosen, rejected)) / max(len(pairs), 1), 6)
+
+
 def load(model_dir: Union[str, Path], *, platform: Any = None, dtype: str = "float32") -> RewardModel:
     """Load an rm artifact (or any sequence-classification model with one output) for scoring."""
     from transformers import AutoModelForSequenceClassification
 
     from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import apply_adapters, load_tokenizer, resolve_spec, torch_dtype
+    from swiftbox.modeling.loading import load_tokenizer, merge_into, resolve_spec, torch_dtype
 
     platform = platform or current_platform()
     spec = resolve_spec(str(model_dir))
@@ -72,8 +84,7 @@ def load(model_dir: Union[str, Path], *, platform: Any = None, dtype: str = "flo
     except (OSError, ValueError) as exc:
         raise UserError(f"reward model {model_dir}: cannot load ({str(exc).splitlines()[0]})") from None
     model.config.pad_token_id = tokenizer.pad_token_id
-    if spec.adapters:
-        model = apply_adapters(model, spec.adapters, merge_all=True)
+    model = merge_into(model, spec.adapters)      # an SFT adapter under the rm adapter, then the rm adapter
     device = platform.torch_device(0)
     model.to(device).eval()
     return RewardModel(model, tokenizer, device)

@@ -3,7 +3,8 @@
 LoRA adapters against vLLM's limits (vllm/lora/peft_helper.py refuses `modules_to_save`, DoRA and adapter
 bias; ranks above its largest `max_lora_rank` 512; LoRA only on linear layers, so no embedding/lm_head
 targets or resized vocabularies) - vllm-ascend reuses vLLM's LoRA code, so the same limits hold on NPU.
-The built-in engine loads whatever PEFT loads. Quantized checkpoints against what the engine runs here
+The built-in engine serves what PEFT can pick per row of a batch (not DoRA: merge it first).
+Quantized checkpoints against what the engine runs here
 (the platform's capability matrix and its `vllm_quantizations`).
 """
 from __future__ import annotations
@@ -68,11 +69,25 @@ def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
     return out
 
 
+def adapter_problems_for_builtin(adapter: Path) -> list[str]:
+    """What stops the built-in engine from serving this adapter attached (empty = it fits): it picks an adapter
+    per row (PEFT's `adapter_names`), which PEFT refuses for DoRA."""
+    try:
+        config = json.loads((adapter / "adapter_config.json").read_text())
+    except (OSError, ValueError) as exc:
+        return [f"adapter_config.json unreadable ({exc})"]
+    if isinstance(config, dict) and config.get("use_dora"):
+        return ["DoRA (PEFT cannot pick a DoRA adapter per row of a shared batch: 'Cannot pass `adapter_names` when "
+                "DoRA is enabled'; merge it and serve the merged model)"]
+    return []
+
+
 def check_adapters(report: Report, adapters: list[Path], engine: str, base_vocab: int | None) -> None:
-    for adapter in adapters:
-        if engine == "builtin":
-            report.add("engine", f"adapter {adapter.name} on builtin", True, "PEFT loads it (LoRA, DoRA, "
-                       "modules_to_save all served)")
+    for i, adapter in enumerate(adapters):
+        if engine == "builtin":  # all but the last are merged in at load time; the last stays attached
+            problems = adapter_problems_for_builtin(adapter) if i == len(adapters) - 1 else []
+            report.add("engine", f"adapter {adapter.name} on builtin", not problems,
+                       "; ".join(problems) or "PEFT serves it per request (LoRA, modules_to_save)")
             continue
         problems = adapter_problems_for_vllm(adapter, base_vocab)
         report.add("engine", f"adapter {adapter.name} on vllm", not problems,

@@ -1,12 +1,14 @@
 """serve: one OpenAI-compatible server, two engines (built-in continuous batching, or vLLM as a child).
 
     ./launch.sh serve MODEL [--adapters name=path ...] [--engine auto|builtin|vllm] [--port 0] [--smoke]
+                      [--adapter-root DIR ...] [--no-runtime-adapters] [--metrics-public]
 
 `run(cfg, ctx)` blocks until Ctrl-C/SIGTERM, or with `smoke: true` starts on a free port, asks one
 question through the official openai client, checks the answer and stops. The pieces:
 protocol.py (request schema) · errors.py (OpenAI error shape) · guard.py (API key, body limit) ·
 app.py (routes) · engine_builtin.py + backend_builtin.py + sampling.py + textstream.py (built-in
-engine) · engine_vllm.py (vLLM plan, child process, proxy) · server.py (uvicorn) · smoke.py.
+engine) · adapters.py + adapter_slots.py (runtime LoRA adapters) · metrics.py (/metrics) ·
+engine_vllm.py (vLLM plan, child process, proxy) · server.py (uvicorn) · smoke.py.
 
 Exposure: the key comes from `api_key`, `api_key_file` or $SWIFTBOX_API_KEY; a non-loopback host without
 one is refused unless `insecure_no_auth` is set (docs/serving.md, "Threat model").
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from swiftbox.device import Platform
-from swiftbox.errors import UserError
+from swiftbox.errors import Unsupported, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import ServeStep
 
@@ -129,21 +131,34 @@ def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str]
     startup_gate(ref, engine, platform)  # files + engine fit: refuse (exit 2/3) rather than serve what cannot load
     dtype = platform.resolve_dtype(cfg.dtype)
     if engine == "vllm":
-        return _open_vllm(cfg, spec, names, platform, dtype, work_dir, log, preset_for(ref, spec))
-    return _open_builtin(cfg, spec, names, platform, dtype, log)
+        backend, names, close = _open_vllm(cfg, spec, names, platform, dtype, work_dir, log, preset_for(ref, spec))
+    else:
+        backend, names, close = _open_builtin(cfg, spec, names, platform, dtype, log)
+    from swiftbox.pipelines.serve.adapters import make_policy
+
+    backend.runtime_adapters = make_policy(cfg, engine, spec, max_rank=getattr(backend, "max_lora_rank", None))
+    if backend.runtime_adapters is not None:
+        log("runtime adapters: clients may load LoRA adapters from "
+            + ", ".join(str(r) for r in backend.runtime_adapters.roots))
+    return backend, names, close
 
 
 def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
     from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
+    from swiftbox.verify.engine_fit import adapter_problems_for_builtin
 
+    extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
+    for name, path in extra.items():   # before the model loads: a refusal costs nothing
+        problems = adapter_problems_for_builtin(Path(path))
+        if problems:
+            raise Unsupported(f"adapters.{name}: the built-in engine cannot serve it: {problems[0]}")
     quant = bnb_config(cfg.quantization, platform, dtype) if cfg.quantization else None
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     input_adapter = [names.primary] * len(spec.adapters) if spec.adapters else None
     model = load_model(spec, platform, dtype, trust_remote_code=cfg.trust_remote_code, quantization_config=quant,
                        adapter_names=input_adapter)
-    extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
     for name, path in extra.items():
         from peft import PeftModel
 
@@ -210,7 +225,7 @@ def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
     check_exposure(cfg, key, log)      # before the model loads: a refusal costs nothing
     backend, names, close = open_backend(cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir, log=log)
     try:
-        app = build_app(backend, api_key=key)
+        app = build_app(backend, api_key=key, metrics_public=cfg.metrics_public)
         info = {"engine": backend.name, "models": backend.model_names()}
         if cfg.smoke:
             from swiftbox.pipelines.serve.smoke import smoke

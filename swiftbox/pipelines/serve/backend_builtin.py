@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any, Optional
 
+from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.pipelines.serve.engine_builtin import QueueFull
-from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, queue_full
+from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, model_not_found, queue_full
 from swiftbox.pipelines.serve.protocol import new_id, now, usage
 from swiftbox.pipelines.serve.sampling import SamplingParams
 from swiftbox.pipelines.serve.textstream import TextStream
@@ -31,6 +33,8 @@ class BuiltinBackend:
     def __init__(self, engine, tokenizer, *, max_model_len: int, max_prompt_chars: Optional[int] = None):
         self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
         self.max_prompt_chars = max_prompt_chars or max_model_len * CHARS_PER_TOKEN_BOUND
+        self.runtime_adapters = None   # an AdapterPolicy where clients may load adapters (set by open_backend)
+        self.observer = None           # the app's ServeMetrics (set by build_app)
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -39,8 +43,26 @@ class BuiltinBackend:
         thread = self.engine._thread
         return thread is not None and thread.is_alive()
 
-    def metrics(self) -> dict:
-        return {**{f"engine_{k}": v for k, v in self.engine.stats.items()}, **self.engine.load()}
+    def engine_stats(self):
+        return self.engine
+
+    # -- runtime adapters -------------------------------------------------------------------
+    async def load_adapter(self, name: str, path: str) -> None:
+        try:
+            future = self.engine.load_adapter(name, path)
+        except ValueError as exc:   # loaded (or being loaded) already
+            raise ApiError(400, str(exc), param="lora_name", code="adapter_exists") from None
+        try:
+            await asyncio.wrap_future(future)
+        except AdapterLoadError as exc:
+            raise ApiError(400, f"lora_path: {exc}", param="lora_path", code="adapter_unsupported") from None
+
+    async def unload_adapter(self, name: str) -> None:
+        try:
+            self.engine.unload_adapter(name)
+        except KeyError:
+            raise ApiError(404, f"The lora adapter '{name}' cannot be found.", param="lora_name",
+                           code="adapter_not_found") from None
 
     # -- prompts ----------------------------------------------------------------------------
     def chat_prompt(self, req) -> list[int]:
@@ -87,7 +109,11 @@ class BuiltinBackend:
                               frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty)
 
     def adapter_for(self, model: str) -> Optional[str]:
-        return None if model == self.engine.base_name else model
+        """The engine's adapter for this model name, resolved once per request (404 once it is unloaded)."""
+        try:
+            return self.engine.adapter_id(model)
+        except KeyError:
+            raise model_not_found(model, self.model_names()) from None
 
     def check_size(self, chars: int, param: str) -> None:
         if chars > self.max_prompt_chars:
@@ -101,23 +127,25 @@ class BuiltinBackend:
 
     # -- routes -----------------------------------------------------------------------------
     async def chat(self, req, raw, request):
+        started = time.perf_counter()
         self.check_size(sum(len(m.text()) for m in req.messages), "messages")
         self.check_room(req.n)
         prompt = await asyncio.to_thread(self.chat_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
-        return await self._respond(req, prompt, params, request, chat=True)
+        return await self._respond(req, prompt, params, request, chat=True, started=started)
 
     async def completion(self, req, raw, request):
+        started = time.perf_counter()
         self.check_size(len(req.prompt), "prompt")
         self.check_room(req.n)
         prompt = await asyncio.to_thread(self.text_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
-        return await self._respond(req, prompt, params, request, chat=False)
+        return await self._respond(req, prompt, params, request, chat=False, started=started)
 
-    async def _respond(self, req, prompt, params, request, *, chat: bool):
+    async def _respond(self, req, prompt, params, request, *, chat: bool, started: Optional[float] = None):
         from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-        run = Run(self, req, prompt, params)
+        run = Run(self, req, prompt, params, started=started)
         if req.stream:
             return StreamingResponse(run.sse(chat), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -139,8 +167,13 @@ class BuiltinBackend:
 class Run:
     """One request in flight: its n sequences, their text streams, and the answer being built."""
 
-    def __init__(self, backend: BuiltinBackend, req, prompt: list[int], params: SamplingParams):
+    def __init__(self, backend: BuiltinBackend, req, prompt: list[int], params: SamplingParams,
+                 started: Optional[float] = None):
         self.backend, self.req, self.prompt, self.params = backend, req, prompt, params
+        self.adapter = backend.adapter_for(req.model)   # before any answer is sent: a 404, not a broken stream
+        self.started = started if started is not None else time.perf_counter()
+        self.last_token: list[Optional[float]] = [None] * req.n
+        self.observed = False
         self.id = new_id("chatcmpl" if hasattr(req, "messages") else "cmpl")
         self.created = now()
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -151,7 +184,7 @@ class Run:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        adapter = self.backend.adapter_for(self.req.model)
+        adapter = self.adapter
         for i in range(self.req.n):
             p = self.params
             if self.req.n > 1 and p.seed is not None:
@@ -162,6 +195,9 @@ class Run:
             except QueueFull as full:
                 self.cancel()
                 raise queue_full(full.waiting) from None
+            except AdapterGone:  # unloaded between the model check and here
+                self.cancel()
+                raise model_not_found(self.req.model, self.backend.model_names()) from None
 
     def cancel(self) -> None:
         for h in self.handles:
@@ -177,6 +213,7 @@ class Run:
             stream = self.streams[i]
             if kind == "token":
                 self.tokens[i] += 1
+                self._observe_token(i)
                 delta = stream.add(value)
                 if stream.stopped:
                     self.handles[i].cancel()
@@ -193,6 +230,25 @@ class Run:
     def usage(self) -> dict:
         return usage(len(self.prompt), sum(self.tokens))
 
+    def _observe_token(self, i: int) -> None:
+        observer = self.backend.observer
+        if observer is None:
+            return
+        now, last = time.perf_counter(), self.last_token[i]
+        if last is None:
+            observer.observe_first_token(self.req.model, now - self.started)
+        else:
+            observer.observe_next_token(self.req.model, now - last)
+        self.last_token[i] = now
+
+    def _observe_done(self) -> None:
+        observer = self.backend.observer
+        if observer is None or self.observed or not self.handles:
+            return
+        self.observed = True
+        observer.observe_done(self.req.model, prompt_tokens=len(self.prompt), generated=sum(self.tokens),
+                              seconds=time.perf_counter() - self.started)
+
     async def whole(self, chat: bool) -> dict:
         self.start()
         texts: list[str] = [""] * self.req.n
@@ -204,6 +260,7 @@ class Run:
                     reasons[i] = reason
         finally:
             self.cancel()
+            self._observe_done()
         model = self.req.model
         if chat:
             choices = [{"index": i, **self._message(texts[i], reasons[i])} for i in range(self.req.n)]
@@ -295,3 +352,4 @@ class Run:
             yield "data: [DONE]\n\n"
         finally:
             self.cancel()
+            self._observe_done()

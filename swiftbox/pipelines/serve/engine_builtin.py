@@ -16,6 +16,9 @@ stop strings, penalties or `n`. So this is a compact scheduler instead:
 - finished or cancelled rows leave the batch between steps (`batch_select_indices`) and the columns
   that have become padding for every row are trimmed, so the cache never grows past the longest row.
 
+Adapters are loaded and unloaded at run time between two steps, on this thread (`load_adapter` /
+`unload_adapter`, registry in adapter_slots.py); an unloaded adapter's weights stay until its last sequence ends.
+
 The waiting queue is bounded (`max_waiting`): past it `submit` raises QueueFull, which the front door
 answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`;
 text, stop strings and SSE are handled there (see app.py), which cancels the sequence when a stop string
@@ -31,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterSlots
 from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sample_row
 
 log = logging.getLogger("swiftbox.serve")
@@ -93,7 +97,8 @@ class BuiltinEngine:
     def __init__(self, model, tokenizer, *, base_name: str, adapters: list[str], max_batch_size: int = 8,
                  max_model_len: int = 2048, device=None, max_waiting: int = 128):
         self.model, self.tokenizer = model, tokenizer
-        self.base_name, self.adapters = base_name, list(adapters)
+        self.base_name = base_name
+        self.slots = AdapterSlots(list(adapters))   # served adapters + loads/unloads for this thread
         self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
         self.max_waiting = max_waiting
         self.device = device
@@ -120,7 +125,7 @@ class BuiltinEngine:
 
     # -- public -----------------------------------------------------------------------------
     def model_names(self) -> list[str]:
-        return [self.base_name, *self.adapters]
+        return [self.base_name, *self.slots.names()]
 
     def start(self) -> None:
         if self._thread is None:
@@ -140,6 +145,8 @@ class BuiltinEngine:
         seq = Sequence(next(self._ids), list(prompt_ids), params, adapter, sink, loop,
                        generator=make_generator(params.seed), outbox=self._outbox)
         with self._cond:
+            if not self.slots.usable(adapter):
+                raise AdapterGone(adapter)
             if len(self._waiting) >= self.max_waiting:
                 raise QueueFull(len(self._waiting))
             self._waiting.append(seq)
@@ -154,6 +161,32 @@ class BuiltinEngine:
         """Whether `n` more sequences may wait now (the front door answers 429 otherwise)."""
         return len(self._waiting) + n <= self.max_waiting
 
+    # -- runtime adapters (the front door's /v1/load_lora_adapter, /v1/unload_lora_adapter) --
+    def adapter_id(self, name: str) -> Optional[str]:
+        """The PEFT adapter serving model `name` (None: the base model); KeyError when it is not served."""
+        return None if name == self.base_name else self.slots.resolve(name)
+
+    def load_adapter(self, name: str, path: str):
+        """A concurrent Future, done once the engine's thread has loaded the adapter between two steps."""
+        future = self.slots.request_load(name, path)
+        self._wake()
+        return future
+
+    def unload_adapter(self, name: str) -> None:
+        """`name` stops being served now; its weights go once the sequences using them have finished."""
+        self.slots.request_unload(name)
+        self._wake()
+
+    def _apply_adapter_changes(self) -> None:
+        with self._cond:  # submit() checks usability under this lock: nothing joins a retired adapter
+            free = self.slots.retire(self._adapters_in_use())
+        self.model = self.slots.apply(self.model, free)
+        self.is_peft = hasattr(self.model, "peft_config")
+
+    def _adapters_in_use(self) -> set:
+        """Adapters a sequence still needs: every sequence the engine holds (call under self._cond)."""
+        return {s.adapter for s in self._active} | {s.adapter for s in self._waiting}
+
     # -- the loop ---------------------------------------------------------------------------
     def _wake(self) -> None:
         with self._cond:
@@ -165,10 +198,13 @@ class BuiltinEngine:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while not self._stop and not self._waiting and not self._active:
+                    while not self._stop and not self._waiting and not self._active and not self.slots.pending():
                         self._cond.wait(timeout=1.0)
                     if self._stop:
                         break
+                if self.slots.pending():
+                    self._apply_adapter_changes()
+                with self._cond:
                     room = self.max_batch_size - len(self._active)
                     newcomers = []
                     while room > 0 and self._waiting:

@@ -8,6 +8,11 @@ env_for() adds what it needs (VLLM_WORKER_MULTIPROC_METHOD=spawn, visible device
 The child listens on 127.0.0.1 with a random internal key; clients only ever see the FastAPI app,
 which applies swiftbox's API key, body limit and error contract to every route (vLLM's --api-key
 guards only /v1), then relays the request and streams vLLM's answer back unchanged.
+
+Runtime adapters: with them on, the child starts in vLLM's runtime LoRA updating mode
+(VLLM_ALLOW_RUNTIME_LORA_UPDATING, --enable-lora, --max-loras, --max-lora-rank); the front door checks a
+load (adapters.py) and then forwards it to the child's own /v1/load_lora_adapter. /metrics appends the
+child's `vllm:*` families.
 """
 from __future__ import annotations
 
@@ -28,6 +33,9 @@ from swiftbox.pipelines.serve.errors import ApiError
 from swiftbox.steps import DTYPE_NAMES
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+RUNTIME_LORA_RANK = 64          # default --max-lora-rank when clients may load adapters later
+RUNTIME_MAX_LORAS = 4
+RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 
 @dataclass
@@ -39,6 +47,8 @@ class VllmPlan:
     model_names: list[str]
     package: str = "vllm"
     notes: list[str] = field(default_factory=list)
+    max_lora_rank: Optional[int] = None
+    runtime_adapters: bool = False
 
 
 def vllm_executable() -> list[str]:
@@ -81,19 +91,28 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
     if preset is not None:          # tool calls / reasoning parsed by vLLM in the preset family's format
         argv += preset.vllm_flags()
     notes = []
-    if loras:
-        argv += ["--enable-lora", "--max-loras", str(len(loras)), "--lora-modules"]
-        argv += [f"{name}={path}" for name, path in loras.items()]
-        ranks = [r for r in (lora_rank(p) for p in loras.values()) if r]
-        if ranks:
-            need = max(ranks)
-            argv += ["--max-lora-rank", str(next((r for r in LORA_RANKS if r >= need), need))]
+    from swiftbox.pipelines.serve.adapters import runtime_enabled
+
+    runtime = runtime_enabled(cfg, "vllm", bool(loras))
+    max_rank = None
+    if loras or runtime:
+        max_loras = cfg.max_loras or (max(len(loras), RUNTIME_MAX_LORAS) if runtime else len(loras))
+        argv += ["--enable-lora", "--max-loras", str(max_loras)]
+        if loras:
+            argv += ["--lora-modules", *[f"{name}={path}" for name, path in loras.items()]]
+        need = max([r for r in (lora_rank(p) for p in loras.values()) if r], default=0)
+        want = max(need, cfg.max_lora_rank or (RUNTIME_LORA_RANK if runtime else 0))
+        if want:
+            max_rank = next((r for r in LORA_RANKS if r >= want), want)
+            argv += ["--max-lora-rank", str(max_rank)]
     # the child's key travels in its environment (vLLM reads VLLM_API_KEY), never on argv where `ps` shows it
     env = {**platform.env_for(cfg.devices), KEY_ENV: key}
+    if runtime:
+        env[RUNTIME_ENV] = "True"
     if platform.vllm_package != "vllm":
         notes.append(f"vLLM runs with the {platform.vllm_package} platform plugin")
     return VllmPlan(argv=argv, env=env, port=port, internal_key=key, model_names=[base_name, *loras],
-                    package=platform.vllm_package, notes=notes)
+                    package=platform.vllm_package, notes=notes, max_lora_rank=max_rank, runtime_adapters=runtime)
 
 
 class VllmProcess:
@@ -163,9 +182,13 @@ class VllmBackend:
         self.client = httpx.AsyncClient(base_url=self.base, timeout=httpx.Timeout(None, connect=10),
                                         headers={"Authorization": f"Bearer {process.plan.internal_key}"})
         self.forwarded = 0
+        self.names = list(process.plan.model_names)
+        self.max_lora_rank = process.plan.max_lora_rank
+        self.runtime_adapters = None    # an AdapterPolicy where clients may load adapters (set by open_backend)
+        self._loading: set[str] = set()
 
     def model_names(self) -> list[str]:
-        return self.process.plan.model_names
+        return list(self.names)
 
     async def healthy(self) -> bool:
         import httpx
@@ -177,8 +200,53 @@ class VllmBackend:
         except httpx.HTTPError:
             return False
 
-    def metrics(self) -> dict:
-        return {"forwarded": self.forwarded, "child_alive": int(self.process.alive())}
+    async def extra_metrics(self) -> bytes:
+        """vLLM's own Prometheus families (vllm:num_requests_running, vllm:time_to_first_token_seconds, ...)."""
+        import httpx
+
+        try:
+            r = await self.client.get("/metrics", timeout=5)
+        except httpx.HTTPError:
+            return b""
+        return r.content if r.status_code == 200 else b""
+
+    # -- runtime adapters: checked by the front door, loaded by vLLM ---------------------------
+    async def load_adapter(self, name: str, path: str) -> None:
+        if name in self.names or name in self._loading:
+            raise ApiError(400, f"The lora adapter '{name}' has already been loaded", param="lora_name",
+                           code="adapter_exists")
+        self._loading.add(name)
+        try:
+            await self._child_call("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            self.names.append(name)
+        finally:
+            self._loading.discard(name)
+
+    async def unload_adapter(self, name: str) -> None:
+        if name not in self.names[1:]:
+            raise ApiError(404, f"The lora adapter '{name}' cannot be found.", param="lora_name",
+                           code="adapter_not_found")
+        self.names.remove(name)   # new requests for it get 404 at the front door; vLLM finishes the running ones
+        await self._child_call("/v1/unload_lora_adapter", {"lora_name": name})
+
+    async def _child_call(self, path: str, body: dict) -> None:
+        import httpx
+
+        try:
+            r = await self.client.post(path, json=body, timeout=600)
+        except httpx.HTTPError as exc:
+            raise ApiError(503, f"the vLLM engine is not reachable: {type(exc).__name__}", type="server_error",
+                           code="engine_unavailable") from None
+        if r.status_code == 200:
+            return
+        try:
+            data = r.json()
+            message = (data.get("error") or data).get("message") or r.text
+        except (ValueError, AttributeError):
+            message = r.text
+        status = 503 if r.status_code >= 500 else (404 if r.status_code == 404 else 400)
+        raise ApiError(status, f"vLLM refused it: {str(message)[:500]}", param="lora_path",
+                       code="adapter_unsupported" if status == 400 else None)
 
     async def chat(self, req, raw, request):
         return await self._relay("/v1/chat/completions", raw, bool(req.stream))

@@ -1,4 +1,5 @@
-"""The front door's ASGI middleware: API key on every route but /health, and a request body size limit.
+"""The front door's ASGI middleware: API key on every route but /health (and /metrics with --metrics-public),
+and a request body size limit.
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client disconnects pass straight through.
 The body is read once here - at most `max_body` bytes, else 413 - and replayed to the app.
@@ -14,13 +15,13 @@ OPEN_PATHS = {"/health"}
 
 
 class Guard:
-    def __init__(self, app, *, api_key: str | None, max_body: int):
-        self.app, self.api_key, self.max_body = app, api_key, max_body
+    def __init__(self, app, *, api_key: str | None, max_body: int, open_paths: set[str] = OPEN_PATHS):
+        self.app, self.api_key, self.max_body, self.open_paths = app, api_key, max_body, set(open_paths)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self.api_key and scope.get("path") not in OPEN_PATHS and not self._authorised(scope):
+        if self.api_key and scope.get("path") not in self.open_paths and not self._authorised(scope):
             return await _reply(send, unauthorized())
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
