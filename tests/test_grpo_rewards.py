@@ -214,3 +214,14 @@ def test_vllm_rollouts_are_refused_off_cuda(tmp_path):
     with pytest.raises(Unsupported, match="vllm-colocate is not available on cpu.*use_vllm: false"):
         check(GrpoStep(dataset=DATA, use_vllm=True), CpuPlatform())
     check(GrpoStep(dataset=DATA), CpuPlatform())
+
+
+def test_menu_reward_question_checks_the_file_as_typed(tmp_path):
+    from menus.flows import FLOWS
+    from menus.grpo_flow import check_user_reward
+
+    path = write(tmp_path, "def f(completions, **kw):\n    return [0.0] * len(completions)\n")
+    assert check_user_reward(f"{path}:f") is True
+    assert "has no function 'g'" in check_user_reward(f"{path}:g")
+    assert check_user_reward("exact") == "expected path/to/rewards.py:function"
+    assert FLOWS["grpo"].kind == "grpo"
