@@ -16,6 +16,7 @@ ALIGN = [  # (step kind, title): the kinds are keys of menus.flows.FLOWS
     ("orpo", "ORPO     preference pairs; SFT and preference in one step, no reference model"),
     ("simpo", "SimPO    preference pairs; length-normalised margin, no reference model"),
     ("rm", "Reward model   learns to score replies from preference pairs (GRPO can use it)"),
+    ("grpo", "GRPO     questions with checkable answers; rewards from rules, your function or a reward model"),
 ]
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from menus import grpo_flow, widgets
 from menus import questions as q
 from menus import review as review_screen
-from menus import widgets
 from menus.session import MenuSession
 from menus.widgets import BACK
 from menus.wizard import Auto, run_wizard
@@ -282,4 +282,18 @@ DOWNLOAD = Flow(
     lambda st: {},
 )
 
-FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, KTO, ORPO, SIMPO, RM, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
+GRPO = Flow(
+    "grpo", "Align with GRPO (rewards: rules or your Python function)",
+    lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task="grpo")),
+               ("dataset", q.dataset(s, "eval", "Questions with reference answers:")),
+               ("method", q.method(s, "grpo")),
+               ("rank", q.lora_rank("grpo")),
+               ("reward", grpo_flow.reward(s)),
+               ("num_generations", q.number("num_generations", "Answers sampled per question:", "grpo",
+                                            "num_generations", int, 2, 64)),
+               ("epochs", q.number("epochs", "Epochs:", "grpo", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "grpo"))],
+    lambda st: _train_settings("grpo", st, {"rewards": [st["reward"]], "num_generations": st["num_generations"]}),
+)
+
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}

@@ -36,7 +36,7 @@ NEXT = {
     "download": [("sft", "Fine-tune it"), ("chat", "Chat with it"), ("eval", "Evaluate it")],
     "sft": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it"), ("align", "Align it")],
     **{kind: [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it")]
-       for kind in ("dpo", "kto", "orpo", "simpo")},
+       for kind in ("dpo", "kto", "orpo", "simpo", "grpo")},
     "merge": [("quantize", "Quantize it"), ("serve", "Serve it"), ("chat", "Chat test"), ("eval", "Evaluate it")],
     "quantize": [("serve", "Serve it"), ("eval", "Evaluate it"), ("chat", "Chat test")],
 }
@@ -144,7 +144,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     if not options:
         return None
     found = describe(output)
-    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "dpo", "kto", "orpo", "simpo")
+    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "dpo", "kto", "orpo", "simpo", "grpo")
     choices = []
     for step, title in options:
         if step == "merge" and not is_adapter:

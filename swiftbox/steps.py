@@ -235,6 +235,63 @@ class RmStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
+GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo"]     # TRL GRPOConfig.loss_type values swiftbox offers
+
+
+class GrpoStep(TrainBase):
+    """GRPO with verifiable rewards (rule-based, your Python function, or a reward model)"""
+
+    rewards: list[str] = Field(["exact"], description="reward functions: exact | contains | choice | length | "
+                               "regex:PATTERN | format:<think> | path/to/rewards.py:function | model:DIR")
+    reward_weights: Optional[list[float]] = Field(None, description="one weight per reward (default 1 each)")
+    num_generations: int = Field(4, ge=2, le=1024, description="completions sampled per prompt (the group)")
+    max_completion_length: int = Field(64, ge=1, le=10**6, description="tokens generated per completion")
+    beta: float = Field(0.04, ge=0, le=100, description="KL penalty against the starting policy (0: none, no "
+                        "reference copy)")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature of the rollouts")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling of the rollouts")
+    loss_type: GrpoLoss = Field("dapo", description="TRL loss aggregation: dapo | grpo | dr_grpo | bnpo")
+    use_vllm: bool = Field(False, description="rollouts with TRL's vLLM colocate mode (CUDA with vllm installed)")
+    learning_rate: float = Field(1e-5, gt=0, lt=1)
+    epochs: float = Field(1, gt=0, le=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _weighted_map(cls, data: Any) -> Any:
+        """`rewards: {exact: 1.0, "format:<think>": 0.2}` is the same as rewards + reward_weights."""
+        if isinstance(data, dict) and isinstance(data.get("rewards"), dict):
+            if data.get("reward_weights") is not None:
+                raise ValueError("rewards is a {spec: weight} map; drop reward_weights")
+            data = dict(data)
+            mapping = data.pop("rewards")
+            data["rewards"], data["reward_weights"] = list(mapping), list(mapping.values())
+        return data
+
+    @field_validator("rewards")
+    @classmethod
+    def _reward_specs(cls, value: list[str]) -> list[str]:
+        from swiftbox.training.rewards import parse_spec
+
+        if not value:
+            raise ValueError("name at least one reward, e.g. [exact]")
+        for spec in value:
+            parse_spec(spec)          # syntax only; files and models are checked by the pipeline's check
+        return value
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> GrpoStep:
+        weights = self.reward_weights
+        if weights is not None:
+            if len(weights) != len(self.rewards):
+                raise ValueError(f"reward_weights has {len(weights)} value(s) for {len(self.rewards)} reward(s)")
+            if any(abs(w) > 1e6 for w in weights) or not any(weights):
+                raise ValueError("reward_weights: expected finite weights within ±1e6, not all zero")
+        if (self.batch_size * self.grad_accum) % self.num_generations:
+            raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be a multiple "
+                             f"of num_generations ({self.num_generations}): each batch holds whole groups")
+        return self
+
+
 class EvalStep(StepBase):
     """accuracy on a question/answer file and perplexity"""
 
@@ -470,6 +527,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "orpo": OrpoStep,
     "simpo": SimpoStep,
     "rm": RmStep,
+    "grpo": GrpoStep,
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,

@@ -7,6 +7,7 @@ Public API used by the pipelines:
     tokenize_sft(rows, tokenizer, max_length)        -> ([{input_ids, labels}], Counts)
     dpo_strings(rows, tokenizer, max_length)         -> ([{prompt, chosen, rejected}], Counts)
     kto_strings(rows, tokenizer, max_length)         -> ([{prompt, completion, label}], Counts)
+    grpo_prompts(rows, tokenizer, max_length)        -> ([{prompt, solution}], Counts)
     encode(tokenizer, messages, tools, only_last=)   -> Encoded (ids, labels, reply token ranges)
 """
 from __future__ import annotations
@@ -14,16 +15,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from swiftbox.data.encode import Counts, Encoded, dpo_strings, encode, fit, kto_strings, tokenize_sft
-from swiftbox.data.formats import DPO_FORMATS, KTO_FORMATS, SFT_FORMATS, Skip, dpo_row, kto_row, sft_row
+from swiftbox.data.encode import Counts, Encoded, dpo_strings, encode, fit, grpo_prompts, kto_strings, tokenize_sft
+from swiftbox.data.formats import (
+    DPO_FORMATS,
+    GRPO_FORMATS,
+    KTO_FORMATS,
+    SFT_FORMATS,
+    Skip,
+    dpo_row,
+    grpo_row,
+    kto_row,
+    sft_row,
+)
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
 from swiftbox.data.render import locate, render
 from swiftbox.errors import UserError
 
-__all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "tokenize_sft", "DPO_FORMATS",
-           "KTO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "sft_row", "MAX_ROW_CHARS", "read_file", "read_rows",
-           "split_spec", "locate", "render", "use_chat_template", "load_sft", "load_dpo", "load_kto", "load_eval",
-           "load_texts"]
+__all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "grpo_prompts", "tokenize_sft",
+           "DPO_FORMATS", "KTO_FORMATS", "GRPO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "grpo_row", "sft_row",
+           "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render", "use_chat_template", "load_sft",
+           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts"]
 
 Dataset = Union[str, list[str]]
 
@@ -64,6 +75,11 @@ def load_dpo(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHAR
 def load_kto(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:
     """{"prompt", "completion" (message lists), "label" (bool), "tools"?} per row."""
     return _normalise(read_rows(dataset, seed, max_row_chars), kto_row, KTO_FORMATS, "KTO")
+
+
+def load_grpo(dataset: Dataset, seed: int = 42, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:
+    """{"prompt": [...], "reference": str | None, "tools"?} per row."""
+    return _normalise(read_rows(dataset, seed, max_row_chars), grpo_row, GRPO_FORMATS, "GRPO")
 
 
 def load_eval(dataset: Dataset, limit: Optional[int] = None) -> list[tuple[list[dict], str]]:

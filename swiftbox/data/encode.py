@@ -201,3 +201,22 @@ def _prompt_head(tokenizer, messages, text, ids) -> int:
     if at < 0:
         return 0
     return len(tokenizer(text[:at + len(messages[0]["content"])], add_special_tokens=False)["input_ids"])
+
+
+# -- GRPO ----------------------------------------------------------------------------------------------------
+def grpo_prompts(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], Counts]:
+    """{prompt, solution} for TRL's GRPOTrainer: prompt = the conversation rendered with the template's generation
+    prompt (what the model sees at inference), solution = the reference answer (None when the row has none).
+    Prompts longer than `max_length` tokens lose tokens from the left (system prompt kept)."""
+    out, counts = [], Counts()
+    for row in rows:
+        counts.rows += 1
+        prompt = render(tokenizer, row["prompt"], row.get("tools"), generation_prompt=True)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if len(ids) > max_length:
+            head = _prompt_head(tokenizer, row["prompt"], prompt, ids)
+            head = head if head < max_length // 2 else 0
+            prompt = tokenizer.decode(ids[:head] + ids[len(ids) - (max_length - head):])
+            counts.truncated += 1
+        out.append({"prompt": prompt, "solution": row["reference"]})
+    return out, counts

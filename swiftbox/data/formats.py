@@ -8,6 +8,9 @@ SFT rows -> {"messages": [...], "tools": [...]?}. Accepted:
   row `system` and `tools`.
 - alpaca (`instruction`/`input`/`output`, `system`, `history`); `query`/`response` (ms-swift, with its
   column aliases question/prompt -> query, answer/output/completion -> response).
+GRPO rows -> {"prompt": [...], "reference": str | None, "tools"?}: any SFT row (the prompt is the conversation
+before the last assistant turn, the reference that reply), a prompt-only conversation, or TRL's `prompt`
+(string or messages); an `answer` / `solution` column is the reference when present.
 DPO rows -> {"prompt": [...], "chosen": [...], "rejected": [...], "tools"?}: `prompt`/`chosen`/`rejected`
 (strings or message lists), `messages` + `rejected_response` (ms-swift), query/instruction + chosen/rejected
 or + response/rejected_response, ShareGPT ranking rows (`conversations` + `chosen`/`rejected` objects).
@@ -25,6 +28,9 @@ DPO_FORMATS = ("prompt/chosen/rejected", "messages + rejected_response", "instru
                "query/response/rejected_response", "conversations + chosen/rejected (ShareGPT ranking)")
 KTO_FORMATS = ("prompt/completion/label", "messages + label (ms-swift)", "conversations + kto_tag (LLaMA-Factory)",
                "any SFT row + label or kto_tag")
+GRPO_FORMATS = ("messages (+ answer/solution)", "conversations/from/value (ShareGPT)", "instruction/input/output",
+                "prompt/query (+ answer/solution)")
+REFERENCE_COLUMNS = ("solution", "answer")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
                   "bot": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
                   "function_call": "tool_call", "tool_call": "tool_call"}
@@ -271,3 +277,35 @@ def kto_row(row: dict) -> dict:
         out = {"prompt": msgs[:-1], "completion": msgs[-1:]}
     out["label"] = _label(row[key])
     return _with_tools(row, out)
+
+
+def grpo_row(row: dict) -> dict:
+    """One GRPO prompt in any accepted format -> {"prompt": messages, "reference": text or None, "tools"?}."""
+    keys = row.keys()
+    if "messages" in keys:
+        msgs = messages_of(row["messages"])
+        msgs = msgs if msgs[0]["role"] == "system" else _system(row) + msgs
+    elif "conversations" in keys:
+        msgs = _system(row) + _sharegpt(row["conversations"])
+    elif isinstance(row.get("prompt"), list):
+        msgs = _system(row) + messages_of(row["prompt"], "prompt")
+    elif "instruction" in keys or _first(row, QUERY_ALIASES):
+        msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)}]
+        reply = _first(row, ("output",) + RESPONSE_ALIASES)
+        if reply and reply not in REFERENCE_COLUMNS:
+            msgs.append({"role": "assistant", "content": _text(row[reply], reply)})
+    else:
+        raise Skip
+    reference = None
+    if msgs[-1]["role"] == "assistant":
+        reference = msgs[-1].get("content")
+        msgs = msgs[:-1]
+    column = _first(row, REFERENCE_COLUMNS)
+    if column is not None and row[column] is not None:
+        value = row[column]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{column} must be a string or a number, got {type(value).__name__}")
+        reference = str(value)
+    if not msgs or msgs[-1]["role"] not in ("user", "tool"):
+        raise ValueError("the prompt must end with a user (or tool) turn")
+    return _with_tools(row, {"prompt": msgs, "reference": reference})

@@ -19,12 +19,13 @@ FEATURE_PACKAGES: dict[str, str] = {
     "gptq": "gptqmodel",
     "awq": "gptqmodel",
     "vllm": "vllm",
+    "vllm-colocate": "vllm",
     "flash-attn": "flash_attn",
     "deepspeed": "deepspeed",
 }
 
 FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "awq", "fp8", "gguf", "vllm", "flash-attn", "deepspeed",
-            "multi-device")
+            "multi-device", "vllm-colocate")      # vllm-colocate: TRL's GRPO rollouts by vLLM inside the trainer
 
 
 @dataclass(frozen=True)

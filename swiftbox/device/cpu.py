@@ -46,6 +46,8 @@ class CpuPlatform(Platform):
     refusals = {
         "vllm": Refusal("vLLM needs a CUDA GPU or an Ascend NPU "
                         "(vllm-ascend)", "the built-in engine (engine: builtin)"),
+        "vllm-colocate": Refusal("TRL's vLLM colocate mode runs vLLM on a CUDA GPU inside the trainer",
+                                 "rollouts by the model's own generate (use_vllm: false)"),
         "flash-attn": Refusal("flash-attn is a CUDA kernel library", "attn_implementation sdpa (the default)"),
         "deepspeed": Refusal("DeepSpeed ZeRO targets accelerators", "torchrun with gloo DDP (devices: N)"),
         "fp8": Refusal("FP8 weights need FP8 matmul hardware (NVIDIA compute capability 8.9+: Ada, Hopper)",

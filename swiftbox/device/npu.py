@@ -81,6 +81,8 @@ class NpuPlatform(Platform):
             "quantize on a CPU or CUDA machine, or msModelSlim W8A8 for vllm-ascend",
         ),
         "fp8": Refusal("torch_npu has no FP8 weight format for Ascend 910/310", "msModelSlim W8A8 for vllm-ascend"),
+        "vllm-colocate": Refusal("TRL's vLLM colocate mode drives CUDA vLLM; swiftbox has not validated it with "
+                                 "vllm-ascend", "rollouts by the model's own generate (use_vllm: false)"),
         "flash-attn": Refusal("flash-attn is CUDA-only", "attn_implementation sdpa (torch_npu fuses it)"),
     }
 

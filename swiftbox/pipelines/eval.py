@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import string
 
+from swiftbox.data.answers import matches, normalise  # noqa: F401  (eval.matches stays importable)
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
@@ -61,15 +61,6 @@ def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
     if texts:
         metrics["perplexity"] = round(perplexity(model, tokenizer, texts), 4)
     return StepResult(metrics=metrics, info=info)
-
-
-def normalise(text: str) -> str:
-    return text.strip().strip(string.punctuation + "。！？ \n\t").strip().lower()
-
-
-def matches(prediction: str, reference: str, how: str) -> bool:
-    pred, ref = normalise(prediction), normalise(reference)
-    return pred == ref if how == "exact" else (ref in pred)
 
 
 def _device(model):

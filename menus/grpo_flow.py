@@ -1,0 +1,43 @@
+"""The GRPO questions of the Align screen's GRPO flow (menus.flows.GRPO): the reward - a built-in rule or a
+function in the user's Python file, checked as it is typed - and the step settings built from the answers."""
+from __future__ import annotations
+
+from typing import Any, Union
+
+from menus import widgets
+from menus.session import MenuSession
+
+OTHER = "__python__"
+BUILTIN_REWARDS = [
+    ("exact      the answer equals the reference", "exact"),
+    ("contains   the answer contains the reference", "contains"),
+    ("choice     the first option the answer names is the reference (yes/no, A-D)", "choice"),
+    ("format     <think>...</think> then the answer", "format:<think>"),
+    ("A function in my own Python file (file.py:function)", OTHER),
+]
+
+
+def check_user_reward(raw: str) -> Union[bool, str]:
+    """True when `raw` names an importable function, else the one-line reason (shown under the prompt)."""
+    from swiftbox.errors import UserError
+    from swiftbox.training.rewards import check_spec, parse_spec
+
+    try:
+        spec = parse_spec(raw.strip())
+        if spec.kind != "python":
+            return "expected path/to/rewards.py:function"
+        check_spec(spec)
+    except (ValueError, UserError) as exc:
+        return str(exc)
+    return True
+
+
+def reward(session: MenuSession):
+    def ask(state: dict) -> Any:
+        choices = [widgets.choice(title, value) for title, value in BUILTIN_REWARDS]
+        answer = widgets.select("Reward (what makes an answer good):", choices, default=state.get("reward", "exact"))
+        if answer is not OTHER:
+            return answer
+        typed = widgets.path("Python file and function (path/to/rewards.py:function):", validate=check_user_reward)
+        return typed
+    return ask

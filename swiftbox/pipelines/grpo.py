@@ -1,0 +1,118 @@
+"""GRPO with verifiable rewards, on TRL's GRPOTrainer.
+
+Flow: check (reward specs: the user's Python file imported, a reward model's directory present; vLLM rollouts
+only where the platform has TRL's colocate mode; the method possible here) -> read prompts from any SFT/eval
+format (prompt = the conversation before the last assistant turn, rendered with the template's generation
+prompt; reference = that reply, or an answer / solution column) -> load the model as sft/dpo do (an SFT adapter
+artifact is continued) -> every reward run once on the reference answers (a wrong shape or NaN stops here, not
+after the first rollout) -> GRPOTrainer: `num_generations` completions per prompt sampled by the model's own
+generate (or vLLM colocate), rewards, group-normalised advantages, KL `beta` to the starting policy (the adapter
+as it was, or a frozen copy for full fine-tuning) -> the adapter/model, reward/accuracy/KL curves, metrics.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+from swiftbox.device import Platform
+from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.steps import GrpoStep
+from swiftbox.training.model import check_training
+from swiftbox.training.rewards import check_spec, parse_spec
+
+CURVE_KEYS = ("reward", "accuracy", "kl", "completions/mean_length")
+
+
+def check(cfg: GrpoStep, platform: Platform) -> None:
+    for text in cfg.rewards:
+        check_spec(parse_spec(text))
+    if cfg.use_vllm:
+        platform.require("vllm-colocate")
+    check_training(cfg, platform)
+
+
+def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
+    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
+
+    relaunched = maybe_relaunch(cfg, ctx)
+    if relaunched is not None:
+        return relaunched
+    dtype = ctx.dtype(cfg.dtype)
+
+    from swiftbox import data
+
+    rows = data.load_grpo(cfg.dataset, cfg.seed, cfg.max_row_chars)
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from swiftbox.diagnose.profile_window import profile_callbacks
+    from swiftbox.training import callbacks, checkpoints, curves, rewards
+    from swiftbox.training.arguments import common_args
+    from swiftbox.training.model import load_for_training, trainable_parameters
+    from swiftbox.training.outputs import log, save_artifact, step_result
+
+    callbacks.silence_libraries()
+    tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
+    data.use_chat_template(tm.tokenizer, cfg.chat_template)
+    prompts, counts = data.grpo_prompts(rows, tm.tokenizer, cfg.max_length)
+    if counts.truncated:
+        log(f"grpo: {counts.truncated} prompt(s) truncated from the left to max_length {cfg.max_length}")
+    references = [p["solution"] for p in prompts]
+    reward_funcs = rewards.build(cfg.rewards, references=references, max_completion_length=cfg.max_completion_length,
+                                 model_loader=lambda path: rewards.reward_model_scorer(path, ctx.platform))
+    reference_scores = rewards.reference_scores(reward_funcs, [p["prompt"] for p in prompts], references)
+
+    ref_copy = None
+    if cfg.method == "full" and cfg.beta > 0 and not (cfg.deepspeed or cfg.fsdp):
+        ref_copy = copy.deepcopy(tm.model).eval().requires_grad_(False)   # the starting point, adapters merged
+    ckpt_dir = ctx.work_dir / "checkpoints"
+    common = {**common_args(cfg, ctx, dtype, ckpt_dir), "include_num_input_tokens_seen": False}  # TRL counts them
+    args = GRPOConfig(**common, num_generations=cfg.num_generations,
+                      max_completion_length=cfg.max_completion_length, beta=cfg.beta, temperature=cfg.temperature,
+                      top_p=cfg.top_p, loss_type=cfg.loss_type, reward_weights=cfg.reward_weights,
+                      use_vllm=cfg.use_vllm, vllm_mode="colocate", log_completions=False, shuffle_dataset=True)
+    trainer = GRPOTrainer(model=tm.model, reward_funcs=reward_funcs, args=args, processing_class=tm.tokenizer,
+                          train_dataset=Dataset.from_list(prompts),
+                          callbacks=profile_callbacks(cfg, ctx)
+                          + callbacks.callbacks(f"grpo {cfg.method}", ctx.work_dir, is_main_process()))
+    callbacks.quiet(trainer)
+    if ref_copy is not None and trainer.ref_model is not None:
+        # TRL would rebuild the reference from the config's path: the base, without adapters merged before
+        trainer.ref_model = trainer.accelerator.prepare_model(ref_copy, evaluation_mode=True)
+    resume = checkpoints.resume_point(cfg, ckpt_dir, log)
+    ctx.platform.reset_peak_memory()
+    started = time.time()
+    output = trainer.train(resume_from_checkpoint=resume)
+    seconds = time.time() - started
+    history = trainer.state.log_history
+
+    callbacks.check_finite_loss("grpo", output.training_loss, trainer.state.global_step)
+    metrics: dict = {"train_loss": round(float(output.training_loss), 6)}
+    for key, name in (("reward", "reward"), ("reward_std", "reward_std"), ("accuracy", "accuracy"), ("kl", "kl"),
+                      ("completions/mean_length", "completion_length")):
+        metrics.update(curves.first_last(history, key, name))
+    for spec in cfg.rewards:
+        name = parse_spec(spec).name
+        metrics.update(curves.first_last(history, f"rewards/{name}/mean", f"reward_{name}"))
+    metrics.update(reference_scores)
+    trainable, total = trainable_parameters(tm.model)
+    steps = trainer.state.global_step - (int(resume.rsplit("-", 1)[1]) if resume else 0)
+    metrics.update(steps=trainer.state.global_step, prompts=len(prompts), truncated_prompts=counts.truncated,
+                   num_generations=cfg.num_generations, train_seconds=round(seconds, 2),
+                   steps_per_second=round(steps / max(seconds, 1e-6), 4), trainable_params=trainable,
+                   total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
+                   resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])  # every rank
+    if is_main_process():
+        if curves.plot(history, ctx.work_dir / "loss.png", CURVE_KEYS, f"grpo {cfg.method} (beta {cfg.beta})"):
+            metrics["reward_curve"] = "loss.png"
+    result = step_result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, history)
+    result.info["rewards"] = [{"spec": s, "weight": w} for s, w in
+                              zip(cfg.rewards, cfg.reward_weights or [1.0] * len(cfg.rewards))]
+    if not any(r is not None for r in references):
+        result.info["accuracy"] = "no reference answers in the data"
+    return result
+
+
+PIPELINE = declare("grpo", GrpoStep, produces_model=True, check=check, run=run)
