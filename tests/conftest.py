@@ -54,3 +54,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def toy_parts():
+    """The pretrained toy model (eval mode, fp32, CPU) and its tokenizer, loaded once per test module."""
+    from swiftbox.device import current_platform
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+
+    spec = resolve_spec("toy")
+    model = load_model(spec, current_platform("cpu"), "float32")
+    model.eval()
+    return model, load_tokenizer(spec)

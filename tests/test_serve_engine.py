@@ -19,17 +19,6 @@ TEXTS = ("First Citizen:\nBefore we proceed any further, hear me speak. You are 
 
 
 @pytest.fixture(scope="module")
-def toy_parts():
-    from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-
-    spec = resolve_spec("toy")
-    model = load_model(spec, current_platform("cpu"), "float32")
-    model.eval()
-    return model, load_tokenizer(spec)
-
-
-@pytest.fixture(scope="module")
 def prompts(toy_parts):
     tok = toy_parts[1]
     return [tok(t)["input_ids"] for t in TEXTS]

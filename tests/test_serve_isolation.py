@@ -19,17 +19,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MSG = [{"role": "user", "content": "Is 12 even?"}]
 
 
-@pytest.fixture(scope="module")
-def toy_parts():
-    from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-
-    spec = resolve_spec("toy")
-    model = load_model(spec, current_platform("cpu"), "float32")
-    model.eval()
-    return model, load_tokenizer(spec)
-
-
 def make_engine(toy_parts, **kw):
     from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
 

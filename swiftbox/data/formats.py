@@ -190,23 +190,30 @@ def _with_tools(row: dict, out: dict) -> dict:
     return out
 
 
+def _conversation(row: dict) -> list[dict] | None:
+    """The row's messages when it holds a whole conversation (OpenAI/ms-swift `messages`, ShareGPT
+    `conversations`), with the row's system prompt first; None for the other layouts."""
+    if "messages" in row:
+        msgs = messages_of(row["messages"])
+        return msgs if msgs[0]["role"] == "system" else _system(row) + msgs
+    if "conversations" in row:
+        return _system(row) + _sharegpt(row["conversations"])
+    return None
+
+
 def sft_row(row: dict) -> dict:
     """One SFT row in any accepted format -> {"messages": [...], "tools"?} ending with an assistant turn."""
     keys = row.keys()
-    if "messages" in keys:
-        msgs = messages_of(row["messages"])
-        msgs = msgs if msgs[0]["role"] == "system" else _system(row) + msgs
-    elif "conversations" in keys:
-        msgs = _system(row) + _sharegpt(row["conversations"])
-    elif "instruction" in keys and "output" in keys:
-        msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)},
-                                              {"role": "assistant", "content": _text(row["output"], "output")}]
-    elif _first(row, QUERY_ALIASES) and _first(row, RESPONSE_ALIASES):
-        key = _first(row, RESPONSE_ALIASES) or "response"
+    msgs = _conversation(row)
+    if msgs is None:
+        if "instruction" in keys and "output" in keys:
+            key = "output"
+        elif _first(row, QUERY_ALIASES) and _first(row, RESPONSE_ALIASES):
+            key = _first(row, RESPONSE_ALIASES) or "response"
+        else:
+            raise Skip
         msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)},
                                               {"role": "assistant", "content": _text(row[key], key)}]
-    else:
-        raise Skip
     if msgs[-1]["role"] != "assistant":
         raise ValueError("the conversation must end with an assistant turn")
     return _with_tools(row, {"messages": msgs})
@@ -282,19 +289,15 @@ def kto_row(row: dict) -> dict:
 def grpo_row(row: dict) -> dict:
     """One GRPO prompt in any accepted format -> {"prompt": messages, "reference": text or None, "tools"?}."""
     keys = row.keys()
-    if "messages" in keys:
-        msgs = messages_of(row["messages"])
-        msgs = msgs if msgs[0]["role"] == "system" else _system(row) + msgs
-    elif "conversations" in keys:
-        msgs = _system(row) + _sharegpt(row["conversations"])
-    elif isinstance(row.get("prompt"), list):
+    msgs = _conversation(row)
+    if msgs is None and isinstance(row.get("prompt"), list):
         msgs = _system(row) + messages_of(row["prompt"], "prompt")
-    elif "instruction" in keys or _first(row, QUERY_ALIASES):
+    elif msgs is None and ("instruction" in keys or _first(row, QUERY_ALIASES)):
         msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)}]
         reply = _first(row, ("output",) + RESPONSE_ALIASES)
         if reply and reply not in REFERENCE_COLUMNS:
             msgs.append({"role": "assistant", "content": _text(row[reply], reply)})
-    else:
+    elif msgs is None:
         raise Skip
     reference = None
     if msgs[-1]["role"] == "assistant":
