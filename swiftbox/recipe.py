@@ -148,7 +148,26 @@ def validate_recipe(data: dict, source: str = "<dict>") -> Recipe:
     if not isinstance(raw_steps, list) or not raw_steps:
         raise UserError(f"{source}: steps: expected a non-empty list like [{{sft: {{...}}}}, {{eval: {{}}}}]")
     steps = [parse_step(item, i, source) for i, item in enumerate(raw_steps)]
+    check_step_references(steps, source)
     return Recipe(header=header, steps=steps, source=source)
+
+
+def check_step_references(steps: list[Step], source: str = "<dict>") -> None:
+    """A step's `model: @sft` (`@sft-2`: the second sft) must name an earlier step that produces a model: checked
+    before any step runs (the runner resolves the name to wherever that step's output went)."""
+    from swiftbox.pipelines import load_pipeline
+
+    used: dict[str, int] = {}
+    earlier: list[str] = []
+    for step in steps:
+        ref = step.config.model
+        if ref and ref.startswith("@") and ref[1:] not in earlier:
+            known = ", ".join("@" + n for n in earlier) or "none"
+            raise UserError(f"{source}: steps[{step.index}].{step.kind}.model {ref}: not an earlier step that "
+                            f"produces a model (those before it: {known})")
+        used[step.kind] = used.get(step.kind, 0) + 1
+        if load_pipeline(step.kind).produces_model:
+            earlier.append(step.kind if used[step.kind] == 1 else f"{step.kind}-{used[step.kind]}")
 
 
 def parse_step(item: Any, index: int, source: str = "<dict>") -> Step:

@@ -57,16 +57,19 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
                                "started": _now(), "steps": []}
     current = recipe.header.model
     used: dict[str, int] = {}
+    models: dict[str, str] = {}     # "@sft", "@sft-2": the model outputs of earlier steps, for a step's model:
     for step in recipe.steps:
         used[step.kind] = used.get(step.kind, 0) + 1
-        default_out = root / (step.kind if used[step.kind] == 1 else f"{step.kind}-{used[step.kind]}")
+        name = step.kind if used[step.kind] == 1 else f"{step.kind}-{used[step.kind]}"
+        default_out = root / name
         entry: dict[str, Any] = {"step": step.kind, "output": None, "ok": False, "metrics": {}}
         summary["steps"].append(entry)
         try:
-            out, produces, metrics = _run_step(recipe, step, current, default_out, platform, log)
+            out, produces, metrics = _run_step(recipe, step, current, default_out, platform, log, models)
             entry.update(output=str(out), ok=True, metrics=metrics)
             if produces:
                 current = str(out)
+                models["@" + name] = str(out)
         except BaseException as exc:
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
@@ -83,12 +86,25 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     return summary
 
 
+
+def _earlier_model(step: Step, models: dict[str, str]) -> Optional[str]:
+    """The step's own model:, where `@sft` (`@sft-2` for the second sft, ...) names an earlier step's model output
+    in this recipe, wherever --runs-root or output: put it."""
+    ref = step.config.model
+    if not ref or not ref.startswith("@"):
+        return ref
+    if ref not in models:
+        known = ", ".join(models) or "none yet"
+        raise UserError(f"steps[{step.index}].{step.kind}.model {ref}: no earlier step of this recipe produced a "
+                        f"model under that name (earlier model outputs: {known})")
+    return models[ref]
+
 def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: Path, platform: Platform,
-              log: Callable[[str], None]) -> tuple[Path, bool, dict[str, Any]]:
+              log: Callable[[str], None], models: dict[str, str]) -> tuple[Path, bool, dict[str, Any]]:
     """check -> prepare output -> run -> manifest -> commit."""
     cfg = step.config
     pipeline = load_pipeline(step.kind)
-    model_ref = cfg.model or current
+    model_ref = _earlier_model(step, models) or current
     if model_ref is None and pipeline.needs_input:
         raise UserError(f"steps[{step.index}].{step.kind}: no input model: set the recipe's model: or the step's "
                         "model:")

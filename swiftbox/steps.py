@@ -35,8 +35,9 @@ SIZE_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", r
 
 
 class StepBase(Strict):
-    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir or an "
-                                                   "artifact dir; default: the previous step's output")
+    model: Optional[str] = Field(None, description="input model: toy, a ModelScope id, hf:ORG/NAME, a local dir, an "
+                                                   "artifact dir, or in a recipe @KIND (@KIND-2, ...) for an earlier "
+                                                   "step's model; default: the previous step's output")
     output: Optional[str] = Field(None, description="output directory; default runs/<recipe>/<step>")
     force: bool = Field(False, description="replace an existing output directory")
     trust_remote_code: bool = Field(False, description="allow model repos to run their own python code")

@@ -141,3 +141,27 @@ def test_qlora_is_refused_before_the_output_exists(tmp_path):
     pipeline = load_pipeline("sft")
     with pytest.raises(Unsupported, match="lora"):
         pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform())
+
+
+def test_a_step_names_an_earlier_steps_model_with_at(tmp_path, fake_pipelines):
+    """`model: "@sft"` is the first sft's output and `@sft-2` the second's, wherever --runs-root put them; the chain
+    of steps without model: is unchanged."""
+    run_recipe(recipe({"sft": {"dataset": "a.jsonl"}}, {"sft": {"dataset": "b.jsonl"}},
+                      {"merge": {"model": "@sft"}}, {"eval": {"model": "@sft-2"}}, {"eval": {}}), runs_root=tmp_path)
+    root = tmp_path / "r"
+    assert [c[1] for c in fake_pipelines] == ["toy", str(root / "sft"), str(root / "sft"), str(root / "sft-2"),
+                                              str(root / "merge")]
+
+
+@pytest.mark.parametrize(("steps", "named"), [
+    ([{"eval": {"model": "@sft"}}, {"sft": {"dataset": "a.jsonl"}}], "@sft: not an earlier step"),   # later
+    ([{"sft": {"dataset": "a.jsonl"}}, {"eval": {}}, {"sft": {"model": "@eval", "dataset": "a.jsonl"}}],
+     "@eval: not an earlier step that produces a model (those before it: @sft)"),                     # no model
+    ([{"sft": {"dataset": "a.jsonl"}}, {"merge": {"model": "@sft-2"}}], "@sft-2"),                      # no second
+])
+def test_an_at_reference_to_no_earlier_model_is_refused_before_any_step_runs(tmp_path, fake_pipelines, steps, named):
+    from swiftbox.errors import UserError
+
+    with pytest.raises(UserError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        run_recipe(recipe(*steps), runs_root=tmp_path)
+    assert fake_pipelines == [] and not (tmp_path / "r" / "sft").exists()
