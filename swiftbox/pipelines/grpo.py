@@ -49,8 +49,8 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
     from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves, rewards
     from swiftbox.training.arguments import common_args
-    from swiftbox.training.model import load_for_training, trainable_parameters
-    from swiftbox.training.outputs import log, save_artifact, step_result
+    from swiftbox.training.model import load_for_training
+    from swiftbox.training.outputs import log, resumed_step, run_figures, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
@@ -96,13 +96,10 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
         name = parse_spec(spec).name
         metrics.update(curves.first_last(history, f"rewards/{name}/mean", f"reward_{name}"))
     metrics.update(reference_scores)
-    trainable, total = trainable_parameters(tm.model)
-    steps = trainer.state.global_step - (int(resume.rsplit("-", 1)[1]) if resume else 0)
-    metrics.update(steps=trainer.state.global_step, prompts=len(prompts), truncated_prompts=counts.truncated,
-                   num_generations=cfg.num_generations, train_seconds=round(seconds, 2),
-                   steps_per_second=round(steps / max(seconds, 1e-6), 4), trainable_params=trainable,
-                   total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
-                   resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    steps = trainer.state.global_step - (resumed_step(resume) or 0)
+    metrics.update(prompts=len(prompts), truncated_prompts=counts.truncated, num_generations=cfg.num_generations,
+                   steps_per_second=round(steps / max(seconds, 1e-6), 4),
+                   **run_figures(trainer, tm, ctx, seconds, resume))
     save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])  # every rank
     if is_main_process():
         if curves.plot(history, ctx.work_dir / "loss.png", CURVE_KEYS, f"grpo {cfg.method} (beta {cfg.beta})"):

@@ -33,8 +33,8 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
 
     from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
-    from swiftbox.training.model import load_for_training, trainable_parameters
-    from swiftbox.training.outputs import log, save_artifact, step_result
+    from swiftbox.training.model import load_for_training
+    from swiftbox.training.outputs import log, run_figures, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype)
@@ -66,17 +66,14 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
     if evals:
         with trl_scores_label_positions_only():
             metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
-    trainable, total = trainable_parameters(tm.model)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
     from swiftbox.training.arguments import batching
 
     packing, grouped = batching(cfg, ctx.platform)
     metrics.update(batching="packing" if packing else ("padded, grouped by length" if grouped else "padded"),
-                   steps=state.global_step, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
-                   train_seconds=round(seconds, 2),
-                   tokens_per_second=round(tokens / max(seconds, 1e-6), 1), trainable_params=trainable,
-                   total_params=total, peak_memory_bytes=ctx.platform.max_memory_allocated(),
-                   resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+                   samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
+                   tokens_per_second=round(tokens / max(seconds, 1e-6), 1),
+                   **run_figures(trainer, tm, ctx, seconds, resume))
     save_artifact(trainer, tm, ctx, selected=None)   # every rank: ZeRO-3 gathers collectively
     if is_main_process():
         if curves.plot(state.log_history, ctx.work_dir / "loss.png", ("loss", "eval_loss"), f"sft {cfg.method}"):

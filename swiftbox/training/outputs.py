@@ -37,6 +37,21 @@ def save_artifact(trainer, tm, ctx, selected):
         # the checkpoints stay until the runner has committed the output (a kill before that resumes from them)
 
 
+def resumed_step(resume) -> int | None:
+    """The global step of the checkpoint a run resumed from (`.../checkpoint-120` -> 120), None for a fresh run."""
+    return int(resume.rsplit("-", 1)[1]) if resume else None
+
+
+def run_figures(trainer, tm, ctx, seconds: float, resume) -> dict:
+    """The figures every training step reports: steps, wall time, parameter counts, peak memory, resume point."""
+    from swiftbox.training.model import trainable_parameters
+
+    trainable, total = trainable_parameters(tm.model)
+    return {"steps": trainer.state.global_step, "train_seconds": round(seconds, 2), "trainable_params": trainable,
+            "total_params": total, "peak_memory_bytes": ctx.platform.max_memory_allocated(),
+            "resumed_from_step": resumed_step(resume)}
+
+
 def step_result(metrics, artifact, tm, cfg, log_history):
     from swiftbox.pipelines.base import StepResult
 

@@ -62,8 +62,8 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     from swiftbox.diagnose.profile_window import profile_callbacks
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.arguments import common_args
-    from swiftbox.training.model import load_for_training, trainable_parameters
-    from swiftbox.training.outputs import log, save_artifact, step_result
+    from swiftbox.training.model import load_for_training
+    from swiftbox.training.outputs import log, run_figures, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype, reward_head=method.reward_head)
@@ -108,12 +108,8 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
             from swiftbox.training.reward_model import pairwise_accuracy
 
             metrics["eval_reward_accuracy"] = pairwise_accuracy(trainer.model, tm.tokenizer, evals)
-    trainable, total = trainable_parameters(tm.model)
-    metrics.update({"steps": trainer.state.global_step, unit: len(examples), f"dropped_{unit}": counts.dropped,
-                    f"truncated_{unit}": counts.truncated})
-    metrics.update(train_seconds=round(seconds, 2), trainable_params=trainable, total_params=total,
-                   peak_memory_bytes=ctx.platform.max_memory_allocated(),
-                   resumed_from_step=int(resume.rsplit("-", 1)[1]) if resume else None)
+    metrics.update({unit: len(examples), f"dropped_{unit}": counts.dropped, f"truncated_{unit}": counts.truncated})
+    metrics.update(run_figures(trainer, tm, ctx, seconds, resume))
     save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])  # every rank
     if is_main_process():
         keys = ("loss", method.margin_key, method.accuracy_key)
