@@ -17,7 +17,10 @@ CHECKED_AGAINST = {
     "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers
     "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
-    "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
+    "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values;
+                                 # 5.24.0: integrations.gguf (is_gguf_arch_supported, dequant.GGML_NAME),
+                                 # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES
+    "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
 }
 
 
@@ -130,3 +133,42 @@ def cache_drop_left(cache: Any, n: int) -> None:
     for layer in cache.layers:
         layer.keys = layer.keys[:, :, n:, :]
         layer.values = layer.values[:, :, n:, :]
+
+
+# -- transformers + gguf: which GGUF files transformers can turn back into float weights ---------------------
+GGUF_FLOAT_TYPES = ("F32", "F16")
+
+
+def gguf_architectures() -> set[str]:
+    """GGUF `general.architecture` values transformers' `from_pretrained(..., gguf_file=...)` loads: the legacy
+    loader's list (modeling_gguf_pytorch_utils) plus the architectures of its newer loader (integrations.gguf)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    names = set(GGUF_SUPPORTED_ARCHITECTURES)
+    try:
+        from transformers.integrations.gguf.gguf_conversion_mapping import GGUF_ARCHS
+    except ImportError:   # transformers before the newer loader
+        return names
+    return names | set(GGUF_ARCHS)
+
+
+def gguf_dequantizable_types(architecture: str) -> set[str]:
+    """GGML tensor type names transformers can dequantize in a GGUF of `architecture`.
+
+    transformers has two loaders: architectures its newer one handles (`integrations.gguf`, torch kernels in
+    `dequant.py`) take F32/F16/BF16 and the block types of `dequant.GGML_NAME`; every other architecture goes
+    through the legacy loader, which calls gguf-py's `dequantize()`: F32, F16 and the types with an entry in
+    `gguf.quants._type_traits` (a private table; there is no public list)."""
+    newer = False
+    try:
+        from transformers.integrations.gguf import is_gguf_arch_supported
+        from transformers.integrations.gguf.dequant import GGML_NAME
+
+        newer = bool(is_gguf_arch_supported(architecture))
+    except ImportError:
+        pass
+    if newer:
+        return {*GGUF_FLOAT_TYPES, "BF16", *GGML_NAME.values()}
+    from gguf import quants
+
+    return {*GGUF_FLOAT_TYPES, *(qtype.name for qtype in quants._type_traits)}

@@ -220,7 +220,8 @@ def test_every_registry_preset_is_offered(monkeypatch):
 
     monkeypatch.setattr(models, "PRESETS", ALL_PRESETS)
     refs = [o.ref for o in registry.model_options()]
-    assert refs[0] == "toy" and refs[1:] == [p.modelscope_id for p in models.PRESETS] and len(refs) > 5
+    assert refs[0] == "toy" and refs[1:] == [p.name if p.wheel else p.modelscope_id for p in models.PRESETS]
+    assert "smollm2-135m-instruct" in refs and len(refs) > 5
 
 
 # -- back / escape / ctrl-c -----------------------------------------------------------------------

