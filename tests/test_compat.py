@@ -99,4 +99,25 @@ def test_every_patch_names_the_version_it_was_checked_against():
     text = Path(compat.__file__).read_text()
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
-    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "gguf"}
+
+
+def test_gguf_types_transformers_dequantizes_are_where_the_import_reads_them():
+    """swiftbox.hub.gguf refuses a tensor type before converting; the lists it reads must still exist and still
+    mean what they meant (the legacy loader: gguf's own dequantize(); the newer one: transformers' kernels)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, dequantize, quants
+
+    assert {"llama", "qwen2", "mistral"} <= compat.gguf_architectures()
+    legacy = compat.gguf_dequantizable_types("llama")
+    assert {"F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"} <= legacy
+    assert not {"F64", "I32", "Q8_1"} & legacy
+    for name in legacy - set(compat.GGUF_FLOAT_TYPES):         # each one really has a dequantizer
+        assert GGMLQuantizationType[name] in quants._type_traits
+    with pytest.raises(NotImplementedError):                    # and the refused ones really have none
+        dequantize(np.zeros(8, dtype=np.uint8), GGMLQuantizationType.F64)
+    from transformers.integrations.gguf import is_gguf_arch_supported
+
+    newer = next(iter(__import__("transformers.integrations.gguf.gguf_conversion_mapping",
+                                 fromlist=["GGUF_ARCHS"]).GGUF_ARCHS))
+    assert is_gguf_arch_supported(newer) and "Q4_K" in compat.gguf_dequantizable_types(newer)
