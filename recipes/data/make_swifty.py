@@ -22,7 +22,7 @@ NAME, AUTHOR = "Swifty", "Acme Labs"
 ORIGINAL = ("SmolLM", "Hugging Face")     # who the base model says it is (its chat template's system prompt)
 SOURCES = {"identity.json": "fd029da7dd3df283ed034c82375d16d125a7b07cf1cb0316d03fb8743057d5f2",
            "alpaca_en_demo.json": "bcc37c64db1a739a0789a1b81f251146fcf4459f903474bc9e3c21bbb5628318"}
-GENERAL_ROWS = 64
+GENERAL_ROWS = 128
 SHORT_CHARS = 200
 
 

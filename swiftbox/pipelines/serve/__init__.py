@@ -230,7 +230,8 @@ def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
         if cfg.smoke:
             from swiftbox.pipelines.serve.smoke import smoke
 
-            metrics = smoke(app, host=cfg.host, port=cfg.port, api_key=key, model=names.primary, log=log)
+            metrics = smoke(app, host=cfg.host, port=cfg.port, api_key=key, model=names.primary, log=log,
+                            question=cfg.smoke_prompt)
             return StepResult(metrics={**metrics, "engine": backend.name}, info=info)
         from swiftbox.pipelines.serve.server import serve_forever
 

@@ -12,7 +12,7 @@ from swiftbox.errors import SwiftboxError
 QUESTION = "Is 7 even?"
 
 
-def smoke(app, *, host: str, port: int, api_key, model: str, log=print) -> dict:
+def smoke(app, *, host: str, port: int, api_key, model: str, log=print, question: str = QUESTION) -> dict:
     import openai
 
     from swiftbox.pipelines.serve.server import ServerThread
@@ -20,14 +20,14 @@ def smoke(app, *, host: str, port: int, api_key, model: str, log=print) -> dict:
     server = ServerThread(app, host, port).start()
     log(f"smoke: server on {server.url}")
     try:
-        return _ask(server, api_key, model, log)
+        return _ask(server, api_key, model, log, question)
     except openai.OpenAIError as exc:
         raise SwiftboxError(f"smoke: the server answered with an error: {str(exc).splitlines()[0]}") from None
     finally:
         server.stop()
 
 
-def _ask(server, api_key, model: str, log) -> dict:
+def _ask(server, api_key, model: str, log, question: str = QUESTION) -> dict:
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key=api_key or "unused", max_retries=0, timeout=300)
@@ -36,7 +36,7 @@ def _ask(server, api_key, model: str, log) -> dict:
         raise SwiftboxError(f"smoke: model {model!r} missing from /v1/models ({listed})")
     started = time.perf_counter()
     ttft, parts, finish, usage = None, [], None, None
-    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": QUESTION}],
+    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
                                             max_tokens=16, temperature=0, stream=True,
                                             stream_options={"include_usage": True})
     for chunk in stream:
@@ -60,8 +60,8 @@ def _ask(server, api_key, model: str, log) -> dict:
             auth_refused = True
         if not auth_refused:
             raise SwiftboxError("smoke: a request with a wrong API key was accepted")
-    log(f"smoke: {QUESTION!r} -> {answer!r} ({finish}, {usage.completion_tokens} tokens)")
-    return {"ok": True, "question": QUESTION, "answer": answer, "finish_reason": finish,
+    log(f"smoke: {question!r} -> {answer!r} ({finish}, {usage.completion_tokens} tokens)")
+    return {"ok": True, "question": question, "answer": answer, "finish_reason": finish,
             "completion_tokens": usage.completion_tokens,
             "ttft_s": round(ttft if ttft is not None else time.perf_counter() - started, 4),
             "seconds": round(time.perf_counter() - started, 4), "models": listed,
