@@ -123,7 +123,7 @@ def test_train_and_serve_read_devices_alike(kind):
 
 def test_vllm_tensor_parallel_follows_devices():
     from swiftbox.device import CudaPlatform
-    from swiftbox.pipelines.serve.engine_vllm import plan
+    from swiftbox.serving.vllm.plan import plan
     from swiftbox.steps import ServeStep
 
     for devices, tp, visible in [(2, "2", "0,1"), ("1,3", "2", "1,3"), ([3], "1", "3")]:

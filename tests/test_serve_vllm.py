@@ -14,8 +14,9 @@ from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.npu import NpuPlatform
 from swiftbox.errors import Unsupported
-from swiftbox.pipelines.serve import pick_engine
-from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+from swiftbox.serving.launch import pick_engine
+from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+from swiftbox.serving.vllm.plan import plan
 from swiftbox.steps import ServeStep
 
 FAKE = str(Path(__file__).with_name("fake_vllm.py"))
@@ -93,8 +94,8 @@ def test_engine_vllm_on_cpu_exits_3(cli):
 
 def test_front_door_proxies_a_vllm_child(tmp_path):
     """Auth, model check and errors at the front door; answers relayed from the child (stream too)."""
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread, bind
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
 
     probe = bind("127.0.0.1", 0)
     port = probe.getsockname()[1]

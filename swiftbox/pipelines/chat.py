@@ -31,13 +31,13 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
         return StepResult(metrics=_session(cfg.url.rstrip("/"), key, model, cfg))
     if not ctx.input:
         raise UserError("chat: give a MODEL to load or --url of a running server")
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.pipelines.serve import open_checked
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread
     from swiftbox.steps import ServeStep
 
     serve_cfg = ServeStep(adapters=cfg.adapters, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
-    backend, names, close = open_backend(serve_cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir,
+    backend, names, close = open_checked(serve_cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir,
                                          log=lambda m: print(m, file=sys.stderr, flush=True))
     key = secrets.token_urlsafe(16)
     server = None
@@ -53,7 +53,7 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
 
 def _load_remote_adapters(url: str, key: str, adapters: dict | None) -> str | None:
     """Load `adapters` into the server at `url`; the last one's name (the model to chat with), or None."""
-    from swiftbox.pipelines.serve.remote import Remote, RemoteError
+    from swiftbox.serving.remote import Remote, RemoteError
 
     if not adapters:
         return None
@@ -74,7 +74,7 @@ def _load_remote_adapters(url: str, key: str, adapters: dict | None) -> str | No
 
 def _command(text: str, remote, model: str, served: list[str]) -> str:
     """A session command (/models, /use, /load, /unload): prints the outcome, returns the model to use."""
-    from swiftbox.pipelines.serve.remote import RemoteError
+    from swiftbox.serving.remote import RemoteError
 
     cmd, *args = text.split()
     try:
@@ -121,7 +121,7 @@ def _session(url: str, key: str, model, cfg) -> dict:
         return {"model": model, "answer": answer, "ttft_s": round(ttft, 4), "ok": True}
     print(f"chatting with {model} at {base}  (served: {', '.join(served)}; /reset clears, /models, /use NAME, "
           "/load NAME PATH, /unload NAME; /exit or Ctrl-D quits)", file=sys.stderr)
-    from swiftbox.pipelines.serve.remote import Remote
+    from swiftbox.serving.remote import Remote
 
     remote = Remote(url, key)
     turns = 0

@@ -140,9 +140,9 @@ def check_served(report: Report, node: Node, platform, dtype: str, probe: list, 
     """Serve `node` with the built-in engine on a free local port and ask the probe over HTTP."""
     import openai
 
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.launch import open_backend
+    from swiftbox.serving.server import ServerThread
     from swiftbox.steps import ServeStep
 
     cfg = ServeStep(engine="builtin", dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "auto")

@@ -4,7 +4,7 @@ several servers in one process keep their own numbers).
 What is measured where:
 - `RequestCounter` (ASGI middleware, outermost): every HTTP request by route template, method and status,
   401s and 413s from the guard included.
-- the built-in backend's request runs (backend_builtin.Run) call `observe_*`: prompt and generation tokens,
+- the built-in backend's request runs (builtin/backend.py, Run) call `observe_*`: prompt and generation tokens,
   time to first token, inter-token latency and end-to-end latency per model, timed on the server's event
   loop, i.e. as the client sees them (queueing and tokenizing included).
 - the engine, through the small `EngineStats` interface, read at scrape time: running and waiting sequences

@@ -1,14 +1,8 @@
-"""serve: one OpenAI-compatible server, two engines (built-in continuous batching, or vLLM as a child).
+"""From a serve config to a running engine behind the `Backend` seam: the served names, the engine choice,
+the API key and exposure rule, and `open_backend` (loads the model for the built-in engine, or starts vLLM).
 
-    ./launch.sh serve MODEL [--adapters name=path ...] [--engine auto|builtin|vllm] [--port 0] [--smoke]
-                      [--adapter-root DIR ...] [--no-runtime-adapters] [--metrics-public]
-
-`run(cfg, ctx)` blocks until Ctrl-C/SIGTERM, or with `smoke: true` starts on a free port, asks one
-question through the official openai client, checks the answer and stops. The pieces:
-protocol.py (request schema) · errors.py (OpenAI error shape) · guard.py (API key, body limit) ·
-app.py (routes) · engine_builtin.py + backend_builtin.py + sampling.py + textstream.py (built-in
-engine) · adapters.py + adapter_slots.py (runtime LoRA adapters) · metrics.py (/metrics) ·
-engine_vllm.py (vLLM plan, child process, proxy) · server.py (uvicorn) · smoke.py.
+The serve step (swiftbox/pipelines/serve.py), the chat step and verify's served link all open their engine
+here. The pre-deploy gate (files + engine fit, swiftbox.verify.startup_gate) runs before this, in the step.
 
 Exposure: the key comes from `api_key`, `api_key_file` or $SWIFTBOX_API_KEY; a non-loopback host without
 one is refused unless `insecure_no_auth` is set (docs/serving.md, "Threat model").
@@ -16,15 +10,22 @@ one is refused unless `insecure_no_auth` is set (docs/serving.md, "Threat model"
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from swiftbox.device import Platform
 from swiftbox.errors import Unsupported, UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
-from swiftbox.steps import ServeStep
+
+if TYPE_CHECKING:
+    from swiftbox.device import Platform
+    from swiftbox.modeling.loading import ModelSpec
+    from swiftbox.modeling.registry import Preset
+    from swiftbox.serving.backend import Backend
+    from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.vllm.child import VllmBackend
+    from swiftbox.steps import ServeStep
+
+Log = Callable[[str], None]
 
 
 @dataclass
@@ -41,7 +42,7 @@ def _short(ref: str) -> str:
     return p.name if (p.is_dir() or os.sep in ref) and p.name else ref
 
 
-def served_names(cfg, ref: str, spec) -> Names:
+def served_names(cfg: ServeStep, ref: str, spec: ModelSpec) -> Names:
     extra = dict(cfg.adapters or {})
     for name, path in extra.items():
         if not name or any(c.isspace() for c in name):
@@ -62,7 +63,7 @@ def served_names(cfg, ref: str, spec) -> Names:
     return Names(base=base, primary=primary, loras=loras)
 
 
-def pick_engine(cfg, platform, log: Callable[[str], None]) -> str:
+def pick_engine(cfg: ServeStep, platform: Platform, log: Log) -> str:
     if cfg.engine == "vllm":
         platform.require("vllm")
         return "vllm"
@@ -80,7 +81,7 @@ KEY_ENV = "SWIFTBOX_API_KEY"
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
-def api_key(cfg) -> Optional[str]:
+def api_key(cfg: ServeStep) -> Optional[str]:
     """The key clients must send: `api_key`, else the first line of `api_key_file`, else $SWIFTBOX_API_KEY."""
     if cfg.api_key:
         return cfg.api_key
@@ -108,7 +109,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(cfg, key: Optional[str], log: Callable[[str], None]) -> None:
+def check_exposure(cfg: ServeStep, key: Optional[str], log: Log) -> None:
     """A server reachable from other machines needs a key, unless the user says in so many words that it does not."""
     if key or is_loopback(cfg.host):
         return
@@ -119,35 +120,34 @@ def check_exposure(cfg, key: Optional[str], log: Callable[[str], None]) -> None:
         "use the model")
 
 
-def open_backend(cfg, ref: str, platform, *, work_dir: Path, log: Callable[[str], None]):
-    """(backend, names, close) for this config: loads the model or starts vLLM."""
+def open_backend(cfg: ServeStep, ref: str, platform: Platform, *, work_dir: Path, log: Log,
+                 engine: Optional[str] = None) -> tuple[Backend, Names, Callable[[], None]]:
+    """(backend, names, close) for this config: loads the model or starts vLLM (`engine`: already picked)."""
     from swiftbox.modeling.loading import resolve_spec
+    from swiftbox.serving.adapters import make_policy
 
     spec = resolve_spec(ref)
     names = served_names(cfg, ref, spec)
-    engine = pick_engine(cfg, platform, log)
-    from swiftbox.verify import startup_gate
-
-    startup_gate(ref, engine, platform)  # files + engine fit: refuse (exit 2/3) rather than serve what cannot load
+    engine = engine or pick_engine(cfg, platform, log)
     dtype = platform.resolve_dtype(cfg.dtype)
+    backend: Backend
     if engine == "vllm":
         backend, names, close = _open_vllm(cfg, spec, names, platform, dtype, work_dir, log, preset_for(ref, spec))
     else:
         backend, names, close = _open_builtin(cfg, spec, names, platform, dtype, log)
-    from swiftbox.pipelines.serve.adapters import make_policy
-
-    backend.runtime_adapters = make_policy(cfg, engine, spec, max_rank=getattr(backend, "max_lora_rank", None))
+    backend.runtime_adapters = make_policy(cfg, engine, spec, max_rank=backend.max_lora_rank)
     if backend.runtime_adapters is not None:
         log("runtime adapters: clients may load LoRA adapters from "
             + ", ".join(str(r) for r in backend.runtime_adapters.roots))
     return backend, names, close
 
 
-def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
+def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platform, dtype: str,
+                  log: Log) -> tuple[BuiltinBackend, Names, Callable[[], None]]:
     from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
-    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
-    from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
-    from swiftbox.verify.engine_fit import adapter_problems_for_builtin
+    from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.builtin.engine import BuiltinEngine
+    from swiftbox.serving.fit import adapter_problems_for_builtin
 
     extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
     for name, path in extra.items():   # before the model loads: a refusal costs nothing
@@ -177,7 +177,7 @@ def _open_builtin(cfg, spec, names: Names, platform, dtype: str, log):
     return BuiltinBackend(engine, tokenizer, max_model_len=limit), names, engine.shutdown
 
 
-def preset_for(ref: str, spec):
+def preset_for(ref: str, spec: ModelSpec) -> Optional[Preset]:
     """The registry preset of the served model (by name/id, or an id inside the resolved base path), or None."""
     from swiftbox.modeling import registry
 
@@ -188,9 +188,11 @@ def preset_for(ref: str, spec):
     return next((p for p in registry.PRESETS if p.hf_id.lower() in base or p.modelscope_id.lower() in base), None)
 
 
-def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, log, preset=None):
-    from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
-    from swiftbox.pipelines.serve.server import bind
+def _open_vllm(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platform, dtype: str, work_dir: Path,
+               log: Log, preset: Optional[Preset] = None) -> tuple[VllmBackend, Names, Callable[[], None]]:
+    from swiftbox.serving.server import bind
+    from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+    from swiftbox.serving.vllm.plan import plan
 
     if len(spec.adapters) > 1:
         raise UserError("model: vLLM serves one adapter on its base; merge the earlier adapters first (merge step)")
@@ -204,40 +206,3 @@ def _open_vllm(cfg, spec, names: Names, platform, dtype: str, work_dir: Path, lo
     process.start(timeout=cfg.startup_timeout)
     backend = VllmBackend(process)
     return backend, names, process.stop
-
-
-def check(cfg: ServeStep, platform: Platform) -> None:
-    check_exposure(cfg, api_key(cfg), lambda msg: None)   # the warning itself is printed by run()
-    if cfg.engine == "vllm":
-        platform.require("vllm")
-    if cfg.engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
-        raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
-                        f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
-
-
-def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
-    from swiftbox.pipelines.serve.app import build_app
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    key = api_key(cfg)
-    check_exposure(cfg, key, log)      # before the model loads: a refusal costs nothing
-    backend, names, close = open_backend(cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir, log=log)
-    try:
-        app = build_app(backend, api_key=key, metrics_public=cfg.metrics_public)
-        info = {"engine": backend.name, "models": backend.model_names()}
-        if cfg.smoke:
-            from swiftbox.pipelines.serve.smoke import smoke
-
-            metrics = smoke(app, host=cfg.host, port=cfg.port, api_key=key, model=names.primary, log=log)
-            return StepResult(metrics={**metrics, "engine": backend.name}, info=info)
-        from swiftbox.pipelines.serve.server import serve_forever
-
-        serve_forever(app, cfg.host, cfg.port, log=log)
-        return StepResult(metrics={"engine": backend.name, "stopped": True}, info=info)
-    finally:
-        close()
-
-
-PIPELINE = declare("serve", ServeStep, produces_model=False, check=check, run=run)

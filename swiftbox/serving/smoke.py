@@ -15,7 +15,7 @@ QUESTION = "Is 7 even?"
 def smoke(app, *, host: str, port: int, api_key, model: str, log=print) -> dict:
     import openai
 
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.server import ServerThread
 
     server = ServerThread(app, host, port).start()
     log(f"smoke: server on {server.url}")

@@ -1,4 +1,5 @@
-"""OpenAI requests on the built-in engine: chat template, token budget checks, SSE or JSON answers.
+"""The built-in engine's `Backend`: chat template, token budget checks, one Run per request, SSE or JSON answers
+(the bodies built by responses.py from the Run's Outputs).
 
 Each choice (`n`) is its own engine sequence, all n submitted together so they share one prefill; events
 come back on an asyncio queue (logprobs, when asked, arrive just before their token; logprobs.py shapes
@@ -11,17 +12,27 @@ run in a worker thread, so one large prompt never stalls /health or the other st
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterLoadError
-from swiftbox.pipelines.serve.engine_builtin import QueueFull
-from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, model_not_found, queue_full
-from swiftbox.pipelines.serve.logprobs import Entry, Formatter
-from swiftbox.pipelines.serve.protocol import new_id, now, usage
-from swiftbox.pipelines.serve.sampling import SamplingParams
-from swiftbox.pipelines.serve.textstream import TextStream
+from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
+from swiftbox.serving.builtin.engine import QueueFull
+from swiftbox.serving.builtin.logprobs import Entry, Formatter
+from swiftbox.serving.builtin.sampling import SamplingParams
+from swiftbox.serving.builtin.textstream import TextStream
+from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, queue_full
+from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
+from swiftbox.serving.responses import DONE, Output, ResponseBuilder, error_event, output
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from swiftbox.serving.adapters import AdapterPolicy
+    from swiftbox.serving.builtin.engine import BuiltinEngine
+    from swiftbox.serving.metrics import ServeMetrics
+
+AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
 
 DEFAULT_CHAT_MAX_TOKENS = 512
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -32,11 +43,13 @@ DISCONNECT_POLL_S = 0.25
 class BuiltinBackend:
     name = "builtin"
 
-    def __init__(self, engine, tokenizer, *, max_model_len: int, max_prompt_chars: Optional[int] = None):
+    def __init__(self, engine: BuiltinEngine, tokenizer: Any, *, max_model_len: int,
+                 max_prompt_chars: Optional[int] = None):
         self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
         self.max_prompt_chars = max_prompt_chars or max_model_len * CHARS_PER_TOKEN_BOUND
-        self.runtime_adapters = None   # an AdapterPolicy where clients may load adapters (set by open_backend)
-        self.observer = None           # the app's ServeMetrics (set by build_app)
+        self.runtime_adapters: Optional[AdapterPolicy] = None   # set by open_backend where clients may load adapters
+        self.observer: Optional[ServeMetrics] = None            # the app's metrics (set by build_app)
+        self.max_lora_rank: Optional[int] = None                # PEFT takes any rank
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -45,8 +58,11 @@ class BuiltinBackend:
         thread = self.engine._thread
         return thread is not None and thread.is_alive()
 
-    def engine_stats(self):
+    def engine_stats(self) -> BuiltinEngine:
         return self.engine
+
+    async def extra_metrics(self) -> bytes:
+        return b""
 
     # -- runtime adapters -------------------------------------------------------------------
     async def load_adapter(self, name: str, path: str) -> None:
@@ -85,7 +101,7 @@ class BuiltinBackend:
 
     def answer_parser(self, req):
         """How to read tool calls / reasoning out of this request's answers (None: plain text)."""
-        from swiftbox.pipelines.serve import toolcalls
+        from swiftbox.serving import toolcalls
 
         template = getattr(self.tokenizer, "chat_template", None)
         fmt = toolcalls.tool_format(template) if req.tools and req.tool_choice != "none" else ""
@@ -129,7 +145,7 @@ class BuiltinBackend:
             raise queue_full(self.engine.load()["waiting"])
 
     # -- routes -----------------------------------------------------------------------------
-    async def chat(self, req, raw, request):
+    async def chat(self, req: ChatCompletionRequest, raw: dict[str, Any], request: Request) -> Response:
         started = time.perf_counter()
         self.check_size(sum(len(m.text()) for m in req.messages), "messages")
         self.check_room(req.n)
@@ -137,7 +153,7 @@ class BuiltinBackend:
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
         return await self._respond(req, prompt, params, request, chat=True, started=started)
 
-    async def completion(self, req, raw, request):
+    async def completion(self, req: CompletionRequest, raw: dict[str, Any], request: Request) -> Response:
         started = time.perf_counter()
         self.check_size(len(req.prompt), "prompt")
         self.check_room(req.n)
@@ -145,7 +161,8 @@ class BuiltinBackend:
         params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
         return await self._respond(req, prompt, params, request, chat=False, started=started)
 
-    async def _respond(self, req, prompt, params, request, *, chat: bool, started: Optional[float] = None):
+    async def _respond(self, req: AnyRequest, prompt: list[int], params: SamplingParams, request: Optional[Request],
+                       *, chat: bool, started: Optional[float] = None) -> Response:
         from fastapi.responses import JSONResponse, Response, StreamingResponse
 
         run = Run(self, req, prompt, params, started=started)
@@ -157,7 +174,7 @@ class BuiltinBackend:
             while True:  # an abandoned request must not keep its batch slots until it finishes
                 done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
                 if done:
-                    return JSONResponse(task.result())
+                    return JSONResponse(task.result().model_dump())
                 if request is not None and await request.is_disconnected():
                     task.cancel()
                     return Response(status_code=499)
@@ -170,25 +187,27 @@ class BuiltinBackend:
 class Run:
     """One request in flight: its n sequences, their text streams, and the answer being built."""
 
-    def __init__(self, backend: BuiltinBackend, req, prompt: list[int], params: SamplingParams,
+    def __init__(self, backend: BuiltinBackend, req: AnyRequest, prompt: list[int], params: SamplingParams,
                  started: Optional[float] = None):
         self.backend, self.req, self.prompt, self.params = backend, req, prompt, params
         self.adapter = backend.adapter_for(req.model)   # before any answer is sent: a 404, not a broken stream
         self.started = started if started is not None else time.perf_counter()
         self.last_token: list[Optional[float]] = [None] * req.n
         self.observed = False
-        self.id = new_id("chatcmpl" if hasattr(req, "messages") else "cmpl")
-        self.created = now()
+        self.chat = isinstance(req, ChatCompletionRequest)
+        self.bodies = ResponseBuilder.start("chat" if self.chat else "completion", req.model,
+                                            include_usage=req.include_usage)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.handles: list[Any] = []
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
-        self.parser = backend.answer_parser(req) if hasattr(req, "messages") else None
+        self.parser = backend.answer_parser(req) if isinstance(req, ChatCompletionRequest) else None
         self.want_logprobs = params.logprobs is not None
         self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
         self._pending_lp: list = [None] * req.n
         self.fmt = Formatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
-        self.offsets = [len(req.prompt) if getattr(req, "echo", False) else 0 for _ in range(req.n)]
+        self.echo = req.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
+        self.offsets = [len(self.echo)] * req.n
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -255,7 +274,7 @@ class Run:
             else:
                 raise ApiError(503, f"generation failed: {value}", type="server_error", code="engine_error")
 
-    def usage(self) -> dict:
+    def usage(self) -> Usage:
         return usage(len(self.prompt), sum(self.tokens))
 
     def _observe_token(self, i: int) -> None:
@@ -277,7 +296,8 @@ class Run:
         observer.observe_done(self.req.model, prompt_tokens=len(self.prompt), generated=sum(self.tokens),
                               seconds=time.perf_counter() - self.started)
 
-    async def whole(self, chat: bool) -> dict:
+    async def whole(self, chat: bool) -> Any:
+        """The whole answer's body (ChatCompletionResponse or CompletionResponse)."""
         self.start()
         texts: list[str] = [""] * self.req.n
         reasons: list[Optional[str]] = [None] * self.req.n
@@ -289,86 +309,45 @@ class Run:
         finally:
             self.cancel()
             self._observe_done()
-        model = self.req.model
         if chat:
-            choices = [{"index": i, **self._message(texts[i], reasons[i]),
-                        "logprobs": self.chat_logprobs(self.take_logprobs(i))} for i in range(self.req.n)]
-            return {"id": self.id, "object": "chat.completion", "created": self.created, "model": model,
-                    "choices": choices, "usage": self.usage()}
-        echo = self.req.prompt if getattr(self.req, "echo", False) else ""
-        choices = [{"index": i, "text": echo + texts[i], "logprobs": self.completion_logprobs(i, self.take_logprobs(i)),
-                    "finish_reason": reasons[i]} for i in range(self.req.n)]
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": model,
-                "choices": choices, "usage": self.usage()}
+            return self.bodies.chat([self._output(i, texts[i], reasons[i]) for i in range(self.req.n)], self.usage())
+        outputs = [Output(i, self.echo + texts[i], reasons[i],
+                          logprobs=self.completion_logprobs(i, self.take_logprobs(i))) for i in range(self.req.n)]
+        return self.bodies.completion(outputs, self.usage())
 
-    def _message(self, text: str, reason: Optional[str]) -> dict:
-        parsed = self.parser(text) if self.parser else None
-        if parsed is None:
-            return {"message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
-        message = {"role": "assistant", "content": parsed.content}
-        if parsed.reasoning is not None:
-            message["reasoning_content"] = parsed.reasoning
-        if parsed.tool_calls:
-            message["tool_calls"] = parsed.tool_calls
-            reason = "tool_calls" if reason == "stop" else reason
-        return {"message": message, "logprobs": None, "finish_reason": reason}
+    def _output(self, i: int, text: str, reason: Optional[str]) -> Output:
+        """Choice i's finished chat answer (tool calls and reasoning split out), with the logprobs of its tokens
+        since the last chunk."""
+        return output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
 
-    def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first=False) -> str:
+    def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
         """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk."""
         entries = [] if first else self.take_logprobs(i)
         if chat:
-            d = {"role": "assistant", "content": delta or ""} if first else ({"content": delta} if delta else {})
-            choice = {"index": i, "delta": d, "logprobs": self.chat_logprobs(entries), "finish_reason": reason}
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": i, "text": delta or "", "logprobs": self.completion_logprobs(i, entries),
-                      "finish_reason": reason}
-            obj = "text_completion"
-        body = {"id": self.id, "object": obj, "created": self.created, "model": self.req.model, "choices": [choice]}
-        if self.req.include_usage:
-            body["usage"] = None
-        return f"data: {json.dumps(body)}\n\n"
-
-    def _parsed_chunks(self, i: int, text: str, reason: str):
-        msg = self._message(text, reason)
-        m = msg["message"]
-        delta = {k: m[k] for k in ("reasoning_content", "content") if m.get(k)}
-        if delta:
-            yield self._delta_chunk(i, delta, None)
-        if m.get("tool_calls"):
-            calls = [{"index": k, **c} for k, c in enumerate(m["tool_calls"])]
-            yield self._delta_chunk(i, {"tool_calls": calls}, None)
-        yield self._delta_chunk(i, {}, msg["finish_reason"])
-
-    def _delta_chunk(self, i: int, delta: dict, reason: Optional[str]) -> str:
-        choice = {"index": i, "delta": delta, "logprobs": self.chat_logprobs(self.take_logprobs(i)),
-                  "finish_reason": reason}
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.req.model,
-                "choices": [choice]}
-        if self.req.include_usage:
-            body["usage"] = None
-        return f"data: {json.dumps(body)}\n\n"
+            d = DeltaMessage(role="assistant", content=delta or "") if first else DeltaMessage(content=delta or None)
+            return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries))
+        return self.bodies.completion_chunk(i, delta or "", reason, self.completion_logprobs(i, entries))
 
     async def sse(self, chat: bool):
         try:
             self.start()
         except ApiError as err:  # the queue filled between the check and the submit
-            yield f"data: {json.dumps(err.body())}\n\n"
-            yield "data: [DONE]\n\n"
+            yield error_event(err)
+            yield DONE
             return
         try:
             for i in range(self.req.n):
                 if chat:
                     yield self._chunk(chat, i, "", None, first=True)
-                elif getattr(self.req, "echo", False):
-                    yield self._chunk(chat, i, self.req.prompt, None)
+                elif self.echo:
+                    yield self._chunk(chat, i, self.echo, None)
             held = [""] * self.req.n
             try:
                 async for i, delta, reason in self.events():
                     if chat and self.parser:      # tool calls / reasoning: sent once the answer can be parsed
                         held[i] += delta or ""
                         if reason:
-                            for chunk in self._parsed_chunks(i, held[i], reason):
+                            for chunk in self.bodies.chat_output_chunks(self._output(i, held[i], reason)):
                                 yield chunk
                         continue
                     if delta and reason:
@@ -377,12 +356,10 @@ class Run:
                     if delta or reason:
                         yield self._chunk(chat, i, delta, reason)
             except ApiError as err:
-                yield f"data: {json.dumps(err.body())}\n\n"
+                yield error_event(err)
             if self.req.include_usage:
-                body = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
-                        "created": self.created, "model": self.req.model, "choices": [], "usage": self.usage()}
-                yield f"data: {json.dumps(body)}\n\n"
-            yield "data: [DONE]\n\n"
+                yield self.bodies.usage_chunk("chat" if chat else "completion", self.usage())
+            yield DONE
         finally:
             self.cancel()
             self._observe_done()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from swiftbox.pipelines.serve.errors import ApiError, unauthorized
+from swiftbox.serving.errors import ApiError, unauthorized
 
 OPEN_PATHS = {"/health"}
 

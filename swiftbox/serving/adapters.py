@@ -1,5 +1,5 @@
-"""Runtime LoRA adapters: `POST /v1/load_lora_adapter {lora_name, lora_path}` and `POST /v1/unload_lora_adapter
-{lora_name}`, in vLLM's shape (200 with a plain-text "Success: ..." line; errors as OpenAI error JSON).
+"""Runtime LoRA adapters: the policy behind `POST /v1/load_lora_adapter {lora_name, lora_path}` and
+`POST /v1/unload_lora_adapter {lora_name}` (the routes: routes/adapters.py, in vLLM's shape).
 
 The checks are the same for both engines and run before any engine sees the path (`AdapterPolicy.inspect`):
 - the path, after resolving symlinks and `..`, lies under one of the allowed roots (`--adapter-root`, default
@@ -7,53 +7,24 @@ The checks are the same for both engines and run before any engine sees the path
 - it is a PEFT LoRA directory with safetensors weights (no pickled `.bin`);
 - it was trained on the base model this server serves (its manifest / adapter_config name that base);
 - the engine can serve it: the built-in engine mixes adapters per row, which PEFT does not do for DoRA; vLLM
-  has its limits (verify/engine_fit.py) and the `max_lora_rank` it was started with.
+  has its limits (fit.py) and the `max_lora_rank` it was started with.
 Then the engine loads it: the built-in engine between two steps on its own thread (adapter_slots.py), vLLM
-through its runtime LoRA updating mode (engine_vllm.py). A refusal is a 4xx with the reason; the server
+through its runtime LoRA updating mode (vllm/child.py). A refusal is a 4xx with the reason; the server
 goes on serving.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from swiftbox.pipelines.serve.errors import ApiError
-from swiftbox.pipelines.serve.protocol import utf8
+from swiftbox.serving import fit
+from swiftbox.serving.errors import ApiError
 
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
-
-
-class LoadLoraAdapterRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    lora_name: str = Field(min_length=1, max_length=256)
-    lora_path: str = Field(min_length=1, max_length=4096)
-
-    @field_validator("lora_name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
-            raise ValueError("expected a model name without spaces or control characters")
-        return utf8(value)
-
-    @field_validator("lora_path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("a path cannot contain NUL")
-        return utf8(value)
-
-
-class UnloadLoraAdapterRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    lora_name: str = Field(min_length=1, max_length=256)
-    lora_int_id: Optional[int] = None          # vLLM's; swiftbox names adapters only by name
 
 
 def refused(status: int, message: str, code: str, param: str = "lora_path") -> ApiError:
@@ -146,13 +117,11 @@ class AdapterPolicy:
     def engine_problems(self, path: Path, config: dict) -> list[str]:
         if config.get("peft_type", "LORA") != "LORA":
             return [f"peft_type {config.get('peft_type')} (LoRA adapters only)"]
-        from swiftbox.verify.engine_fit import adapter_problems_for_builtin, adapter_problems_for_vllm
-
         if self.engine == "builtin":
-            return adapter_problems_for_builtin(path)
+            return fit.adapter_problems_for_builtin(path)
 
-        problems = adapter_problems_for_vllm(path, self.base_vocab)
-        rank = max([int(config.get("r") or 0), *map(int, (config.get("rank_pattern") or {}).values())])
+        problems = fit.adapter_problems_for_vllm(path, self.base_vocab)
+        rank = fit.adapter_rank(config)
         if self.max_rank is not None and rank > self.max_rank:
             problems.append(f"rank {rank} > the server's max_lora_rank {self.max_rank} (restart it with "
                             f"--max-lora-rank {rank} or more)")
@@ -168,11 +137,7 @@ def make_policy(cfg, engine: str, spec, *, max_rank: Optional[int] = None) -> Op
     if not runtime_enabled(cfg, engine, bool(cfg.adapters) or bool(spec.adapters)):
         return None
     roots = [Path(os.path.realpath(Path(r).expanduser())) for r in (cfg.adapter_root or default_roots())]
-    vocab = None
-    try:
-        vocab = int(json.loads((Path(spec.base) / "config.json").read_text()).get("vocab_size") or 0) or None
-    except (OSError, ValueError, TypeError):
-        pass
+    vocab = fit.vocab_size(Path(spec.base))
     return AdapterPolicy(engine=engine, roots=roots, base_ref=spec.base_ref, base_dir=Path(spec.base),
                          max_rank=max_rank, base_vocab=vocab)
 
@@ -183,49 +148,3 @@ def runtime_enabled(cfg, engine: str, has_static: bool) -> bool:
     if cfg.runtime_adapters is not None:
         return bool(cfg.runtime_adapters)
     return engine == "builtin" or has_static
-
-
-def install(app, backend, metrics) -> None:
-    """The two routes (behind the API key like every route but /health)."""
-    from fastapi.responses import PlainTextResponse
-
-    def policy() -> AdapterPolicy:
-        found = getattr(backend, "runtime_adapters", None)
-        if found is None:
-            raise ApiError(403, "runtime adapters are off on this server; start it with --runtime-adapters",
-                           type="permission_error", code="runtime_adapters_disabled")
-        return found
-
-    @app.post("/v1/load_lora_adapter", response_class=PlainTextResponse)
-    async def load_lora_adapter(body: LoadLoraAdapterRequest):
-        ok = False
-        try:
-            rules = policy()
-            if body.lora_name in backend.model_names():
-                raise refused(400, f"The lora adapter '{body.lora_name}' has already been loaded (or is the base "
-                                   "model's name); unload it first or choose another lora_name", "adapter_exists",
-                              param="lora_name")
-            path = await asyncio.to_thread(rules.inspect, body.lora_name, body.lora_path)
-            await backend.load_adapter(body.lora_name, str(path))
-            ok = True
-        finally:
-            metrics.adapter_op("load", ok)
-        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
-
-    @app.post("/v1/unload_lora_adapter", response_class=PlainTextResponse)
-    async def unload_lora_adapter(body: UnloadLoraAdapterRequest):
-        ok = False
-        try:
-            policy()
-            names = backend.model_names()
-            if names and body.lora_name == names[0]:
-                raise refused(400, f"'{body.lora_name}' is the base model, not an adapter", "not_an_adapter",
-                              param="lora_name")
-            if body.lora_name not in names:
-                raise refused(404, f"The lora adapter '{body.lora_name}' cannot be found.", "adapter_not_found",
-                              param="lora_name")
-            await backend.unload_adapter(body.lora_name)
-            ok = True
-        finally:
-            metrics.adapter_op("unload", ok)
-        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")

@@ -1,118 +1,32 @@
-"""The vLLM engine: `vllm serve` as a child process on an internal port, behind swiftbox's front door.
+"""The vLLM engine at run time: `vllm serve` as a child process on an internal port (VllmProcess), and the
+`Backend` that relays validated requests to it (VllmBackend). The command itself comes from plan.py.
 
-`plan()` turns the step config and the platform into the exact command and environment (unit-tested
-on CPU; a `vllm`-marked test parses it with vLLM's own argument parser). On an Ascend NPU the same
-`vllm serve` runs with vllm-ascend installed (it plugs into vLLM as a platform plugin); the platform's
-env_for() adds what it needs (VLLM_WORKER_MULTIPROC_METHOD=spawn, visible devices).
-
-The child listens on 127.0.0.1 with a random internal key; clients only ever see the FastAPI app,
-which applies swiftbox's API key, body limit and error contract to every route (vLLM's --api-key
-guards only /v1), then relays the request and streams vLLM's answer back unchanged.
-
-Runtime adapters: with them on, the child starts in vLLM's runtime LoRA updating mode
-(VLLM_ALLOW_RUNTIME_LORA_UPDATING, --enable-lora, --max-loras, --max-lora-rank); the front door checks a
-load (adapters.py) and then forwards it to the child's own /v1/load_lora_adapter. /metrics appends the
-child's `vllm:*` families.
+Clients only ever see the FastAPI app, which applies swiftbox's API key, body limit and error contract to
+every route (vLLM's --api-key guards only /v1), then relays the request and streams vLLM's answer back
+unchanged. Runtime adapters: the front door checks a load (adapters.py) and then forwards it to the child's
+own /v1/load_lora_adapter. /metrics appends the child's `vllm:*` families.
 """
 from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from swiftbox.errors import SwiftboxError
-from swiftbox.pipelines.serve.errors import ApiError
-from swiftbox.steps import DTYPE_NAMES
+from swiftbox.serving.errors import ApiError
+from swiftbox.serving.vllm.plan import VllmPlan
 
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-RUNTIME_LORA_RANK = 64          # default --max-lora-rank when clients may load adapters later
-RUNTIME_MAX_LORAS = 4
-RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
-
-@dataclass
-class VllmPlan:
-    argv: list[str]
-    env: dict[str, str]             # only what swiftbox adds; the child gets os.environ + this
-    port: int
-    internal_key: str
-    model_names: list[str]
-    package: str = "vllm"
-    notes: list[str] = field(default_factory=list)
-    max_lora_rank: Optional[int] = None
-    runtime_adapters: bool = False
-
-
-def vllm_executable() -> list[str]:
-    beside = Path(sys.executable).with_name("vllm")
-    if beside.is_file():
-        return [str(beside)]
-    found = shutil.which("vllm")
-    return [found] if found else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-
-
-def lora_rank(adapter_dir: str) -> Optional[int]:
-    try:
-        return int(json.loads((Path(adapter_dir) / "adapter_config.json").read_text())["r"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-KEY_ENV = "VLLM_API_KEY"
-
-
-def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str], dtype: str, port: int,
-         internal_key: Optional[str] = None, executable: Optional[list[str]] = None,
-         preset=None) -> VllmPlan:
-    """The `vllm serve` command line and env for this config on this platform (pure: starts nothing)."""
-    key = internal_key or secrets.token_urlsafe(24)
-    tp = cfg.devices.n if cfg.devices else 1     # tensor parallel over every device of `devices`
-    argv = [*(executable or vllm_executable()), "serve", str(model_path),
-            "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", base_name,
-            "--dtype", dtype if dtype in DTYPE_NAMES else "auto",
-            "--tensor-parallel-size", str(tp)]
-    if cfg.max_model_len:
-        argv += ["--max-model-len", str(cfg.max_model_len)]
-    if cfg.trust_remote_code:
-        argv.append("--trust-remote-code")
-    if "max_batch_size" in cfg.model_fields_set:  # only when asked: vLLM's own default suits a GPU far better
-        argv += ["--max-num-seqs", str(cfg.max_batch_size)]
-    if cfg.quantization == "bnb-4bit":
-        argv += ["--quantization", "bitsandbytes"]
-    if preset is not None:          # tool calls / reasoning parsed by vLLM in the preset family's format
-        argv += preset.vllm_flags()
-    notes = []
-    from swiftbox.pipelines.serve.adapters import runtime_enabled
-
-    runtime = runtime_enabled(cfg, "vllm", bool(loras))
-    max_rank = None
-    if loras or runtime:
-        max_loras = cfg.max_loras or (max(len(loras), RUNTIME_MAX_LORAS) if runtime else len(loras))
-        argv += ["--enable-lora", "--max-loras", str(max_loras)]
-        if loras:
-            argv += ["--lora-modules", *[f"{name}={path}" for name, path in loras.items()]]
-        need = max([r for r in (lora_rank(p) for p in loras.values()) if r], default=0)
-        want = max(need, cfg.max_lora_rank or (RUNTIME_LORA_RANK if runtime else 0))
-        if want:
-            max_rank = next((r for r in LORA_RANKS if r >= want), want)
-            argv += ["--max-lora-rank", str(max_rank)]
-    # the child's key travels in its environment (vLLM reads VLLM_API_KEY), never on argv where `ps` shows it
-    env = {**platform.env_for(cfg.devices), KEY_ENV: key}
-    if runtime:
-        env[RUNTIME_ENV] = "True"
-    if platform.vllm_package != "vllm":
-        notes.append(f"vLLM runs with the {platform.vllm_package} platform plugin")
-    return VllmPlan(argv=argv, env=env, port=port, internal_key=key, model_names=[base_name, *loras],
-                    package=platform.vllm_package, notes=notes, max_lora_rank=max_rank, runtime_adapters=runtime)
+    from swiftbox.serving.adapters import AdapterPolicy
+    from swiftbox.serving.metrics import ServeMetrics
+    from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
 
 
 class VllmProcess:
@@ -184,7 +98,8 @@ class VllmBackend:
         self.forwarded = 0
         self.names = list(process.plan.model_names)
         self.max_lora_rank = process.plan.max_lora_rank
-        self.runtime_adapters = None    # an AdapterPolicy where clients may load adapters (set by open_backend)
+        self.runtime_adapters: Optional[AdapterPolicy] = None  # set by open_backend where clients may load adapters
+        self.observer: Optional[ServeMetrics] = None           # set by build_app; vLLM reports its own token metrics
         self._loading: set[str] = set()
 
     def model_names(self) -> list[str]:
@@ -199,6 +114,10 @@ class VllmBackend:
             return (await self.client.get("/health", timeout=5)).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def engine_stats(self) -> None:
+        """No EngineStats: the child's own `vllm:*` families come through extra_metrics."""
+        return None
 
     async def extra_metrics(self) -> bytes:
         """vLLM's own Prometheus families (vllm:num_requests_running, vllm:time_to_first_token_seconds, ...)."""
@@ -248,13 +167,13 @@ class VllmBackend:
         raise ApiError(status, f"vLLM refused it: {str(message)[:500]}", param="lora_path",
                        code="adapter_unsupported" if status == 400 else None)
 
-    async def chat(self, req, raw, request):
+    async def chat(self, req: ChatCompletionRequest, raw: dict[str, Any], request: Request) -> Response:
         return await self._relay("/v1/chat/completions", raw, bool(req.stream))
 
-    async def completion(self, req, raw, request):
+    async def completion(self, req: CompletionRequest, raw: dict[str, Any], request: Request) -> Response:
         return await self._relay("/v1/completions", raw, bool(req.stream))
 
-    async def _relay(self, path: str, raw: dict, stream: bool):
+    async def _relay(self, path: str, raw: dict[str, Any], stream: bool) -> Response:
         import httpx
         from fastapi.responses import JSONResponse, StreamingResponse
 

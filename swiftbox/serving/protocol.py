@@ -1,18 +1,21 @@
-"""The OpenAI request bodies the server accepts (pydantic), and the response/chunk shapes it sends.
+"""The OpenAI request bodies the server accepts and the response/chunk bodies it sends, as pydantic models.
 
-Validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
+Requests: validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
 OpenAI's error shape before it reaches a model. Unknown fields are ignored, as OpenAI's own API does.
 Every number is finite and bounded (one request's settings must never be able to break a shared batch),
 and every string must be encodable as UTF-8 (a lone surrogate such as "\ud800" is refused, not a 500).
+
+Responses (`ResponseBody` and below): the shapes only; swiftbox/serving/responses.py is the one place that
+fills them in. A field is always sent (null when None) unless the class names it in OMIT_IF_NONE.
 """
 from __future__ import annotations
 
 import json
 import time
 import uuid
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 MAX_N = 8
 MAX_STOP = 4
@@ -182,6 +185,166 @@ class CompletionRequest(SamplingFields):
     def logprob_count(self) -> Optional[int]:
         return self.logprobs
 
+    @property
+    def prompt_text(self) -> str:
+        """The one prompt (a one-element list was unpacked by the validator)."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+class LoadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, max_length=256)
+    lora_path: str = Field(min_length=1, max_length=4096)
+
+    @field_validator("lora_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError("expected a model name without spaces or control characters")
+        return utf8(value)
+
+    @field_validator("lora_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("a path cannot contain NUL")
+        return utf8(value)
+
+
+class UnloadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, max_length=256)
+    lora_int_id: Optional[int] = None          # vLLM's; swiftbox names adapters only by name
+
+
+
+# -- responses --------------------------------------------------------------------------------------------
+
+
+class ResponseBody(BaseModel):
+    """A body the server sends. Fields in OMIT_IF_NONE are left out while None (OpenAI omits them); every other
+    field is always present, null or not, as clients of OpenAI's API expect."""
+
+    model_config = ConfigDict(extra="forbid")
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: Any) -> Any:
+        data = handler(self)
+        for key in self.OMIT_IF_NONE:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+class Usage(ResponseBody):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class FunctionCall(ResponseBody):
+    name: str
+    arguments: str                      # JSON text, as OpenAI sends it
+
+
+class ToolCallBody(ResponseBody):
+    OMIT_IF_NONE = frozenset({"index"})
+    index: Optional[int] = None         # only in stream chunks
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class AssistantMessage(ResponseBody):
+    OMIT_IF_NONE = frozenset({"reasoning_content", "tool_calls"})
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str]
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallBody]] = None
+
+
+class ChatChoice(ResponseBody):
+    index: int
+    message: AssistantMessage
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionResponse(ResponseBody):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class DeltaMessage(ResponseBody):
+    OMIT_IF_NONE = frozenset({"role", "content", "reasoning_content", "tool_calls"})
+    role: Optional[Literal["assistant"]] = None
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallBody]] = None
+
+
+class ChatChunkChoice(ResponseBody):
+    index: int
+    delta: DeltaMessage
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionChunk(ResponseBody):
+    """One SSE event; `usage` is sent (null, or the totals in the last event) only when the client asked for it."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[Usage] = None
+
+
+class CompletionChoice(ResponseBody):
+    index: int
+    text: str
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class CompletionResponse(ResponseBody):
+    """A text completion, and (with `usage` only when asked for) each of its SSE events."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+
+
+class ModelCard(ResponseBody):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "swiftbox"
+
+
+class ListedModel(ModelCard):
+    root: str
+    parent: Optional[str] = None        # the base model, for an adapter
+
+
+class ModelList(ResponseBody):
+    object: Literal["list"] = "list"
+    data: list[ListedModel]
+
+
+class Health(ResponseBody):
+    status: Literal["ok", "unhealthy"]
+    engine: str
+
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
@@ -191,6 +354,6 @@ def now() -> int:
     return int(time.time())
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens)

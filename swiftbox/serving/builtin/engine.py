@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterSlots
-from swiftbox.pipelines.serve.prefill import (
+from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterSlots
+from swiftbox.serving.builtin.prefill import (
     DEFAULT_PREFILL_CHUNK,
     PrefillJob,
     packable,
@@ -48,7 +48,7 @@ from swiftbox.pipelines.serve.prefill import (
     replicate,
     window,
 )
-from swiftbox.pipelines.serve.sampling import SamplingParams, make_generator, sample_row, token_logprobs
+from swiftbox.serving.builtin.sampling import SamplingParams, make_generator, sample_row, token_logprobs
 
 log = logging.getLogger("swiftbox.serve")
 BASE = "__base__"

@@ -1,0 +1,54 @@
+"""The HTTP routes, one thin router per endpoint: each validates its body (protocol.py), checks what only the
+front door can check (the model name, the adapter policy) and hands over to the app's one `Backend`.
+
+    chat.py          POST /v1/chat/completions
+    completions.py   POST /v1/completions
+    models.py        GET  /v1/models, /v1/models/{model}
+    adapters.py      POST /v1/load_lora_adapter, /v1/unload_lora_adapter
+    system.py        GET/HEAD /health, GET /metrics
+
+The helpers below are what they share: the backend and metrics of the app serving the request, the model-name
+check, and the raw JSON body (the vLLM child is sent exactly what the client sent).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from swiftbox.serving.errors import ApiError, model_not_found
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from swiftbox.serving.backend import Backend
+    from swiftbox.serving.metrics import ServeMetrics
+
+
+def backend_of(request: Request) -> Backend:
+    return request.app.state.backend
+
+
+def metrics_of(request: Request) -> ServeMetrics:
+    return request.app.state.metrics
+
+
+def check_model(backend: Backend, name: str) -> None:
+    known = backend.model_names()
+    if name not in known:
+        raise model_not_found(name, known)
+
+
+async def raw_body(request: Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except Exception:
+        raise ApiError(400, "We could not parse the JSON body of your request", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def routers() -> list[Any]:
+    """Every router, in the order the app includes them."""
+    from swiftbox.serving.routes import adapters, chat, completions, models, system
+
+    return [system.router, models.router, chat.router, completions.router, adapters.router]
