@@ -8,7 +8,7 @@ launch.open_backend assigns them to a `Backend`, so a method an engine lacks fai
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.metrics import EngineStats, ServeMetrics
     from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
-
-Raw = dict[str, Any]        # the request's JSON body as the client sent it (the vLLM child gets it unchanged)
-
 
 class Backend(Protocol):
     name: str                                    # "builtin" | "vllm": /health and the step's manifest say it
@@ -41,9 +38,12 @@ class Backend(Protocol):
         """More Prometheus text for /metrics (vLLM's own `vllm:*` families; b"" for none)."""
         ...
 
-    async def chat(self, req: ChatCompletionRequest, raw: Raw, request: Request) -> Response: ...
+    async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
+        """The answer (JSON, or SSE when req.stream), its body built by responses.py; `request` gives the raw body
+        (protocol.raw_body, for a relay) and tells when the client has gone away."""
+        ...
 
-    async def completion(self, req: CompletionRequest, raw: Raw, request: Request) -> Response: ...
+    async def completion(self, req: CompletionRequest, request: Request) -> Response: ...
 
     async def load_adapter(self, name: str, path: str) -> None:
         """Load a LoRA adapter that AdapterPolicy.inspect accepted; ApiError (4xx) when the engine refuses it."""

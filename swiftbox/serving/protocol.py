@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
+from swiftbox.serving.errors import ApiError
+
 MAX_N = 8
 MAX_STOP = 4
 MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
@@ -216,6 +218,17 @@ class UnloadLoraAdapterRequest(BaseModel):
     lora_name: str = Field(min_length=1, max_length=256)
     lora_int_id: Optional[int] = None          # vLLM's; swiftbox names adapters only by name
 
+
+
+async def raw_body(request: Any) -> dict[str, Any]:
+    """The JSON body as the client sent it (the vLLM child is sent exactly that)."""
+    try:
+        data = await request.json()
+    except Exception:
+        raise ApiError(400, "We could not parse the JSON body of your request", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    return data
 
 
 # -- responses --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The one place that builds response bodies: chat and text completions, whole or as SSE events, the model
-list and health. Routes and engines never write a body by hand; they hand over what was generated.
+"""The one place that builds response bodies: chat and text completions, whole or as SSE events, their
+logprobs, the model list and health. Routes and engines never write a body by hand; they hand over what was generated.
 
 What an engine hands over is engine-neutral: one `Output` per choice (the answer's text with tool calls and
 reasoning already split out, its finish reason, its logprobs in the endpoint's shape) plus the token `Usage`.
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 Endpoint = Literal["chat", "completion"]
 DONE = "data: [DONE]\n\n"
+FLOOR = -9999.0
 ID_PREFIX = {"chat": "chatcmpl", "completion": "cmpl"}
 
 
@@ -166,3 +167,54 @@ class ResponseBuilder:
             return sse(ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[],
                                            usage=usage))
         return sse(CompletionResponse(id=self.id, created=self.created, model=self.model, choices=[], usage=usage))
+
+
+# -- logprobs ---------------------------------------------------------------------------------------------
+# (token id, (chosen logprob, [(top id, top logprob), ...])) per generated token
+Entry = tuple[int, tuple[float, list[tuple[int, float]]]]
+
+
+class LogprobFormatter:
+    """Token logprobs in OpenAI's shapes: chat `{"content": [{token, logprob, bytes, top_logprobs}], "refusal"}`,
+    text completions `{"tokens", "token_logprobs", "top_logprobs", "text_offset"}`; whole or per stream chunk.
+    A token's text is its own decoding (a byte that is part of a longer character decodes to U+FFFD, as in vLLM);
+    vLLM's `return_tokens_as_token_ids` gives "token_id:N" instead. Values are floored at -9999.0 (JSON has no
+    -inf)."""
+
+    def __init__(self, tokenizer: Any, as_ids: bool = False):
+        self.tokenizer, self.as_ids = tokenizer, as_ids
+        self._texts: dict[int, str] = {}
+
+    def text(self, token: int) -> str:
+        if self.as_ids:
+            return f"token_id:{token}"
+        found = self._texts.get(token)
+        if found is None:
+            found = self._texts[token] = self.tokenizer.decode([token])
+        return found
+
+    def _item(self, token: int, logprob: float) -> dict:
+        text = self.text(token)
+        return {"token": text, "logprob": max(logprob, FLOOR), "bytes": list(text.encode("utf-8"))}
+
+    def chat(self, entries: list[Entry]) -> Optional[dict]:
+        if not entries:
+            return None
+        content = [{**self._item(token, lp), "top_logprobs": [self._item(t, v) for t, v in top]}
+                   for token, (lp, top) in entries]
+        return {"content": content, "refusal": None}
+
+    def completion(self, entries: list[Entry], offset: int) -> tuple[Optional[dict], int]:
+        """The legacy shape, and the text offset after these tokens (offsets count characters of the answer,
+        starting at `offset`: the echoed prompt's length, or where the previous chunk ended)."""
+        if not entries:
+            return None, offset
+        tokens, values, tops, offsets = [], [], [], []
+        for token, (lp, top) in entries:
+            text = self.text(token)
+            tokens.append(text)
+            values.append(max(lp, FLOOR))
+            tops.append({self.text(t): max(v, FLOOR) for t, v in top})
+            offsets.append(offset)
+            offset += len(text)
+        return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}, offset

@@ -2,7 +2,7 @@
 (the bodies built by responses.py from the Run's Outputs).
 
 Each choice (`n`) is its own engine sequence, all n submitted together so they share one prefill; events
-come back on an asyncio queue (logprobs, when asked, arrive just before their token; logprobs.py shapes
+come back on an asyncio queue (logprobs, when asked, arrive just before their token; responses.py shapes
 them). A client that disconnects cancels its sequences, which frees their slots: mid-stream through the
 generator's `finally`, for a plain JSON answer by polling `request.is_disconnected()` while it waits.
 
@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.serving.builtin.engine import QueueFull
-from swiftbox.serving.builtin.logprobs import Entry, Formatter
 from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
 from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, queue_full
 from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
-from swiftbox.serving.responses import DONE, Output, ResponseBuilder, error_event, output
+from swiftbox.serving.responses import DONE, Entry, LogprobFormatter, Output, ResponseBuilder, error_event, output
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -145,7 +144,7 @@ class BuiltinBackend:
             raise queue_full(self.engine.load()["waiting"])
 
     # -- routes -----------------------------------------------------------------------------
-    async def chat(self, req: ChatCompletionRequest, raw: dict[str, Any], request: Request) -> Response:
+    async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
         started = time.perf_counter()
         self.check_size(sum(len(m.text()) for m in req.messages), "messages")
         self.check_room(req.n)
@@ -153,7 +152,7 @@ class BuiltinBackend:
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
         return await self._respond(req, prompt, params, request, chat=True, started=started)
 
-    async def completion(self, req: CompletionRequest, raw: dict[str, Any], request: Request) -> Response:
+    async def completion(self, req: CompletionRequest, request: Request) -> Response:
         started = time.perf_counter()
         self.check_size(len(req.prompt), "prompt")
         self.check_room(req.n)
@@ -205,7 +204,7 @@ class Run:
         self.want_logprobs = params.logprobs is not None
         self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
         self._pending_lp: list = [None] * req.n
-        self.fmt = Formatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
+        self.fmt = LogprobFormatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
         self.echo = req.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
         self.offsets = [len(self.echo)] * req.n
 

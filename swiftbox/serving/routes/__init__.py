@@ -7,14 +7,14 @@ front door can check (the model name, the adapter policy) and hands over to the 
     adapters.py      POST /v1/load_lora_adapter, /v1/unload_lora_adapter
     system.py        GET/HEAD /health, GET /metrics
 
-The helpers below are what they share: the backend and metrics of the app serving the request, the model-name
-check, and the raw JSON body (the vLLM child is sent exactly what the client sent).
+The helpers below are what they share: the backend and metrics of the app serving the request, and the
+model-name check.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from swiftbox.serving.errors import ApiError, model_not_found
+from swiftbox.serving.errors import model_not_found
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -35,16 +35,6 @@ def check_model(backend: Backend, name: str) -> None:
     known = backend.model_names()
     if name not in known:
         raise model_not_found(name, known)
-
-
-async def raw_body(request: Request) -> dict[str, Any]:
-    try:
-        data = await request.json()
-    except Exception:
-        raise ApiError(400, "We could not parse the JSON body of your request", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
-    return data
 
 
 def routers() -> list[Any]:

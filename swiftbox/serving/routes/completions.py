@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from swiftbox.serving.protocol import CompletionRequest
-from swiftbox.serving.routes import backend_of, check_model, raw_body
+from swiftbox.serving.routes import backend_of, check_model
 
 router = APIRouter()
 
@@ -14,4 +14,4 @@ router = APIRouter()
 async def completions(body: CompletionRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
-    return await backend.completion(body, await raw_body(request), request)
+    return await backend.completion(body, request)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from swiftbox.errors import SwiftboxError
 from swiftbox.serving.errors import ApiError
+from swiftbox.serving.protocol import raw_body
 from swiftbox.serving.vllm.plan import VllmPlan
 
 if TYPE_CHECKING:
@@ -167,11 +168,11 @@ class VllmBackend:
         raise ApiError(status, f"vLLM refused it: {str(message)[:500]}", param="lora_path",
                        code="adapter_unsupported" if status == 400 else None)
 
-    async def chat(self, req: ChatCompletionRequest, raw: dict[str, Any], request: Request) -> Response:
-        return await self._relay("/v1/chat/completions", raw, bool(req.stream))
+    async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
+        return await self._relay("/v1/chat/completions", await raw_body(request), bool(req.stream))
 
-    async def completion(self, req: CompletionRequest, raw: dict[str, Any], request: Request) -> Response:
-        return await self._relay("/v1/completions", raw, bool(req.stream))
+    async def completion(self, req: CompletionRequest, request: Request) -> Response:
+        return await self._relay("/v1/completions", await raw_body(request), bool(req.stream))
 
     async def _relay(self, path: str, raw: dict[str, Any], stream: bool) -> Response:
         import httpx
