@@ -271,7 +271,7 @@ class GrpoStep(TrainBase):
     @field_validator("rewards")
     @classmethod
     def _reward_specs(cls, value: list[str]) -> list[str]:
-        from swiftbox.training.rewards import parse_spec
+        from swiftbox.reward_spec import parse_spec
 
         if not value:
             raise ValueError("name at least one reward, e.g. [exact]")

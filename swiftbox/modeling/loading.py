@@ -60,13 +60,16 @@ def resolve_spec(ref: str, base: Optional[str] = None, *, revision: Optional[str
         adapters.insert(0, path)
         ref = base if (base and len(adapters) == 1) else adapter_base_ref(path)
         path = resolve_model(ref)
-    config = {}
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        pass
-    quant = (config.get("quantization_config") or {}).get("quant_method")
+    quant = read_quantization(path).get("quant_method")
     return ModelSpec(base=path, base_ref=ref, adapters=adapters, quantized=quant)
+
+
+def read_quantization(folder: Path) -> dict:
+    """The `quantization_config` of a saved model (empty when it has none)."""
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def torch_dtype(name: str):

@@ -75,7 +75,7 @@ def measure(nodes: list[Node], platform, dtype: str, probe: list) -> None:
     """Logits on the head's token ids and greedy answers, one model in memory at a time."""
     from swiftbox import parity as P
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-    from swiftbox.pipelines.eval import generate
+    from swiftbox.modeling.scoring import generate
 
     head_tok = load_tokenizer(resolve_spec(nodes[0].ref))
     batch = P.encode(head_tok, P.render(head_tok, probe))
