@@ -176,14 +176,27 @@ CHAT = Flow(
 )
 
 
+def engine_refusal(facts, model: Optional[str], engine: str) -> Optional[str]:
+    """Why `engine` cannot serve `model` here (None: it can): the platform first, then the model's own files, by
+    the engine-fit rules serve and verify apply (swiftbox/serving/fit.py)."""
+    why = facts.why_not(engine) if facts and engine == "vllm" else None
+    if why or not model or facts is None or facts.platform is None:
+        return why
+    from swiftbox.serving.fit import artifact_problems
+
+    problems = artifact_problems(model, engine, facts.platform)
+    return f"cannot serve this model: {problems[0]}" if problems else None
+
+
 def _serve_questions(s: MenuSession) -> list:
     def engine(state: dict):
         facts = s.probe.facts()
-        why = facts.why_not("vllm") if facts else None
+        model = state.get("model")
         return q.pick("Engine:", "engine", [
             ("auto  (vLLM where it runs, else built-in)", "auto"),
-            ("built-in  (transformers + continuous batching, any device)", "builtin"),
-            ("vLLM", "vllm", why)], "auto")(state)
+            ("built-in  (transformers + continuous batching, any device)", "builtin",
+             engine_refusal(facts, model, "builtin")),
+            ("vLLM", "vllm", engine_refusal(facts, model, "vllm"))], "auto")(state)
 
     return [("model", q.model(s, "Model or adapter to serve:")),
             ("engine", engine),
