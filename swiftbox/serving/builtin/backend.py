@@ -49,6 +49,7 @@ class BuiltinBackend:
         self.runtime_adapters: Optional[AdapterPolicy] = None   # set by open_backend where clients may load adapters
         self.observer: Optional[ServeMetrics] = None            # the app's metrics (set by build_app)
         self.max_lora_rank: Optional[int] = None                # PEFT takes any rank
+        self.thinking = "think>" in (getattr(tokenizer, "chat_template", None) or "")   # may answer <think>...</think>
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -200,7 +201,9 @@ class Run:
         self.handles: list[Any] = []
         self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
         self.tokens = [0] * req.n
-        self.parser = backend.answer_parser(req) if isinstance(req, ChatCompletionRequest) else None
+        wants_tools = isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice != "none"
+        chat_parsed = isinstance(req, ChatCompletionRequest) and (wants_tools or backend.thinking)
+        self.parser = backend.answer_parser(req) if chat_parsed else None   # plain text: no parser to build
         self.want_logprobs = params.logprobs is not None
         self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
         self._pending_lp: list = [None] * req.n
