@@ -25,7 +25,7 @@ Adapters are loaded and unloaded at run time between two steps, on this thread (
 
 The waiting queue is bounded (`max_waiting`): past it `submit` raises QueueFull, which the front door
 answers with 429 and Retry-After. Tokens go back to the asyncio side through `loop.call_soon_threadsafe`
-(once per step); text, stop strings and SSE are handled there (backend_builtin.py), which cancels the
+(once per step); text, stop strings and SSE are handled there (builtin/backend.py), which cancels the
 sequence when a stop string appears.
 """
 from __future__ import annotations
