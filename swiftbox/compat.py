@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 CHECKED_AGAINST = {
-    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers
+    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
+                                 # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL
     "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
@@ -41,6 +42,39 @@ def trl_scores_label_positions_only() -> Iterator[None]:
         yield
     finally:
         trl_utils._use_triton = original
+
+
+# -- TRL: preference data tokenized by swiftbox, not re-tokenized by the trainer -----------------------------
+PRETOKENIZED = {"dpo": ("prompt_ids", "chosen_ids", "rejected_ids"), "kto": ("prompt_ids", "completion_ids")}
+
+
+@contextlib.contextmanager
+def trl_pretokenized(trainer_cls: Any) -> Iterator[None]:
+    """While active, DPOTrainer / KTOTrainer take a dataset that already holds their token columns
+    (`PRETOKENIZED`) as it is. Their own preparation appends `eos_token` to every plain-text completion that
+    does not end with it (one token more than the template's reply on Gemma, Phi-3.5, GLM: their end of turn is
+    not the eos) and re-tokenizes the prompt with the tokenizer's special tokens (a second BOS on Llama 3).
+    swiftbox's columns hold exactly the template's generation prompt and replies. `_prepare_dataset(self,
+    dataset, processing_class, args, dataset_name)` is replaced on the class for the duration and restored after;
+    KTO's mismatched "KL" completions are built as TRL builds them (rotated by one within each batch)."""
+    original = trainer_cls._prepare_dataset
+
+    def prepare(self: Any, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
+        if "prompt_ids" not in getattr(dataset, "column_names", ()):
+            return original(self, dataset, processing_class, args, dataset_name)
+        if getattr(self, "calculate_KL", False) and "KL_completion_ids" not in dataset.column_names:
+            def rotate(batch: dict) -> dict:
+                batch["KL_completion_ids"] = [batch["completion_ids"][-1]] + batch["completion_ids"][:-1]
+                return batch
+
+            dataset = dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
+        return dataset
+
+    trainer_cls._prepare_dataset = prepare
+    try:
+        yield
+    finally:
+        trainer_cls._prepare_dataset = original
 
 
 # -- TRL: trainers that live only in trl.experimental ------------------------------------------------------
