@@ -174,7 +174,7 @@ def header(tokenizer, before: list[dict], tools, **kw) -> str:
 _PROBES: dict = {}
 
 
-def _memo(kind: str, tokenizer, kw: dict, compute) -> str:
+def _memo(kind: str, tokenizer, kw: dict, compute) -> Any:
     """Per-template facts (end-of-turn marker, user closing text) computed once per tokenizer + template."""
     key = (kind, id(tokenizer), getattr(tokenizer, "chat_template", None), tuple(sorted(kw.items())))
     if key not in _PROBES:
@@ -238,7 +238,7 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
     if has_generation_markers(tokenizer):
         marked = _marked_spans(tokenizer, messages, tools, text, **kw)
         if marked is not None:
-            return text, marked
+            return text, [_trim_marked(tokenizer, messages, tools, text, span, **kw) for span in marked]
     eot = end_markers(tokenizer, **kw)
     spans: list[Span] = []
     prev_end = 0
@@ -348,6 +348,25 @@ def _check_foreign(tokenizer, messages, i, span_text: str) -> None:
             continue
         if content in span_text and not any(content in t for t in own):
             raise _refuse(tokenizer, i, f"message {j + 1} ({m['role']}) would fall inside this reply's span")
+
+
+def _trim_marked(tokenizer, messages, tools, text, span: Span, **kw) -> Span:
+    """A marked span as the model emits it: without the assistant header the generation prompt already holds
+    (SmolLM3 marks `<|im_start|>assistant\n` too) and without blanks after the end-of-turn marker; refused when
+    the template drops the reply's payload (marks an empty turn for a tool call it does not print)."""
+    i = span.message
+    if payload_texts(messages[i]):
+        alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
+        first, last = _diff(text, alt)
+        if first >= last or first < span.start or last > span.end:
+            raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls) "
+                                        "inside its {% generation %} block")
+    start, end = span.start, span.end
+    head = header(tokenizer, messages[:i], tools, **kw)
+    if head and text.startswith(head, start) and start + len(head) <= end:
+        start += len(head)
+    end = start + len(text[start:end].rstrip())
+    return Span(i, start, end)
 
 
 def _marked_spans(tokenizer, messages, tools, text, **kw) -> Optional[list[Span]]:
