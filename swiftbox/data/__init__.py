@@ -99,7 +99,13 @@ def load_eval(dataset: Dataset, limit: Optional[int] = None) -> list[tuple[list[
     rows = read_rows(dataset)
     if limit:
         rows = rows[:limit]
-    return [(r["messages"][:-1], r["messages"][-1]["content"]) for r in _normalise(rows, sft_row, SFT_FORMATS, "eval")]
+    out = []
+    for r in _normalise(rows, sft_row, SFT_FORMATS, "eval"):
+        if r["messages"][-1]["role"] != "assistant" or not isinstance(r["messages"][-1].get("content"), str):
+            raise UserError(f"eval dataset {dataset}: every row must end with an assistant reply in text (the "
+                            f"reference answer)")
+        out.append((r["messages"][:-1], r["messages"][-1]["content"]))
+    return out
 
 
 def load_texts(path: Union[str, Path]) -> list[str]:
@@ -118,7 +124,7 @@ def load_texts(path: Union[str, Path]) -> list[str]:
             out.append(row["text"])
             continue
         try:
-            out.append("\n".join(m["content"] for m in sft_row(row)["messages"]))
+            out.append("\n".join(m["content"] or "" for m in sft_row(row)["messages"]))
         except (Skip, ValueError, TypeError, KeyError):
             raise UserError(f"perplexity {p}: columns {sorted(row)} hold no text; expected text or one of: "
                             f"{' | '.join(SFT_FORMATS)}") from None

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from swiftbox.data import dialect
 from swiftbox.errors import UserError
 
 THINK_TAG = re.compile(r"</?think>")
@@ -52,34 +53,16 @@ def _clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k != "loss"} for m in messages]
 
 
-def _string_arguments(messages: list[dict]) -> list[dict]:
-    out = copy.deepcopy(messages)
-    for m in out:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function", {})
-            if not isinstance(fn.get("arguments"), str):
-                fn["arguments"] = json.dumps(fn.get("arguments"), ensure_ascii=False)
-    return out
-
-
 def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, generation_prompt: bool = False,
            **template_kwargs: Any) -> str:
-    """The template's text for `messages` (tool-call arguments as objects, or as JSON strings for templates
-    that concatenate them). A template error is bad input: one line naming the template."""
+    """The template's text for `messages`, in the form the template prints (data.dialect: the default tool format
+    for templates without tool calls, thinking chunks for templates that print only those). A template error is
+    bad input: one line naming the template."""
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt, **template_kwargs}
-    if tools:
-        kwargs["tools"] = tools
-    msgs = _clean(messages)
+    msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
     try:
-        return tokenizer.apply_chat_template(msgs, **kwargs)
+        return dialect.apply(tokenizer, msgs, tools, kwargs)
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
-        if any(m.get("tool_calls") for m in msgs):    # templates disagree: arguments object/string, content None/""
-            blank = [dict(m, content="") if m.get("content") is None else m for m in msgs]
-            for variant in (_string_arguments(msgs), blank, _string_arguments(blank)):
-                try:
-                    return tokenizer.apply_chat_template(variant, **kwargs)
-                except Exception:  # noqa: BLE001
-                    continue
         reason = str(first).splitlines()[0] if str(first) else type(first).__name__
         raise UserError(f"the chat template of {template_name(tokenizer)} rejected a conversation ({reason}); "
                         f"check the roles/order the model accepts or give chat_template: a .jinja file") from None
@@ -372,10 +355,9 @@ def _trim_marked(tokenizer, messages, tools, text, span: Span, **kw) -> Span:
 def _marked_spans(tokenizer, messages, tools, text, **kw) -> Optional[list[Span]]:
     """Spans from {% generation %} markers (transformers' assistant mask), or None when unusable here."""
     kwargs = {"tokenize": True, "return_dict": True, "return_assistant_tokens_mask": True, **kw}
-    if tools:
-        kwargs["tools"] = tools
+    msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
     try:
-        enc = tokenizer.apply_chat_template(_clean(messages), **kwargs)
+        enc = dialect.apply(tokenizer, msgs, tools, kwargs)
         offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     except Exception:  # noqa: BLE001 - slow tokenizer or template without usable markers: locate instead
         return None
