@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 CHECKED_AGAINST = {
     "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
-                                 # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL
+                                 # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
+                                 # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
     "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
@@ -98,6 +99,33 @@ def trl_experimental(name: str) -> tuple[Any, Any]:
 
         raise SwiftboxError(f"TRL {trl.__version__} has no {module}.{trainer} (swiftbox was checked against TRL "
                             f"{CHECKED_AGAINST['trl']}): {exc}") from None
+
+
+@contextlib.contextmanager
+def trl_experimental_as_given(name: str) -> Iterator[None]:
+    """While active, ORPO's / CPO's (SimPO's) row tokenizer keeps swiftbox's split as it is: no eos appended after
+    a reply whose end-of-turn marker is another token, no BOS put before a prompt the template renders without
+    one. Their module globals `add_eos_token_if_needed` / `add_bos_token_if_needed` are replaced by pass-throughs
+    for the duration (trainer construction, where the dataset is tokenized) and restored after."""
+    import importlib
+
+    module = importlib.import_module(f"{TRL_EXPERIMENTAL[name][0]}.{name}_trainer")
+    saved = {k: getattr(module, k) for k in ("add_eos_token_if_needed", "add_bos_token_if_needed")}
+
+    def keep_eos(eos_token_id: Any, chosen: Any, rejected: Any) -> tuple[Any, Any]:
+        return chosen, rejected
+
+    def keep_bos(bos_token_id: Any, prompt_len: Any, prompt: Any, chosen_len: Any, chosen: Any, rejected_len: Any,
+                 rejected: Any) -> tuple[Any, Any, Any]:
+        return prompt, chosen, rejected
+
+    setattr(module, "add_eos_token_if_needed", keep_eos)      # noqa: B010 - module globals, typed by the library
+    setattr(module, "add_bos_token_if_needed", keep_bos)      # noqa: B010
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(module, key, value)
 
 
 # -- gptqmodel: its per-layer log goes into the step's output, not ./logs ----------------------------------

@@ -100,3 +100,29 @@ def test_every_patch_names_the_version_it_was_checked_against():
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
     assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}
+
+
+def test_trl_preference_preparation_is_where_the_pretokenized_patch_replaces_it():
+    import inspect
+
+    from trl import DPOTrainer, KTOTrainer
+
+    for cls in (DPOTrainer, KTOTrainer):
+        params = list(inspect.signature(cls._prepare_dataset).parameters)
+        assert params == ["self", "dataset", "processing_class", "args", "dataset_name"], cls
+        original = cls._prepare_dataset
+        with compat.trl_pretokenized(cls):
+            assert cls._prepare_dataset is not original
+        assert cls._prepare_dataset is original
+    assert "self.calculate_KL" in inspect.getsource(KTOTrainer)
+
+
+@pytest.mark.parametrize("name", ["orpo", "cpo"])
+def test_trl_experimental_row_tokenizers_read_the_bos_eos_helpers_from_their_module(name):
+    import importlib
+
+    module = importlib.import_module(f"{compat.TRL_EXPERIMENTAL[name][0]}.{name}_trainer")
+    before = module.add_eos_token_if_needed, module.add_bos_token_if_needed
+    with compat.trl_experimental_as_given(name):
+        assert module.add_eos_token_if_needed(0, "c", "r") == ("c", "r")
+    assert (module.add_eos_token_if_needed, module.add_bos_token_if_needed) == before

@@ -2,8 +2,12 @@
 real Gemma-2, Phi-3.5 and GLM-4.6 templates (their end of turn is not the tokenizer's eos), the token columns
 DPOTrainer and KTOTrainer train on are the generation prompt and the replies as the template renders them - no eos
 appended after `<end_of_turn>` / `<|end|>` / GLM's closing, no second BOS - and without swiftbox's columns TRL
-would have appended one (so the test fails if TRL stops doing so and the patch can go, or if the patch breaks)."""
+would have appended one (so the test fails if TRL stops doing so and the patch can go, or if the patch breaks).
+ORPO and SimPO (CPO) tokenize the split strings themselves; under compat.trl_experimental_as_given their chosen
+labels are the reply's tokens exactly."""
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -77,5 +81,35 @@ def test_trainer_columns_are_exactly_prompt_and_replies(kind, name, toy_parts, t
         if kind == "kto":   # the KL term's mismatched completions: rotated by one within the batch, as TRL does
             assert built["ours"].train_dataset[0]["KL_completion_ids"] == built["ours"].train_dataset[1][
                 "completion_ids"]
+    finally:
+        tok.chat_template = None
+
+
+@pytest.mark.parametrize("kind", ["orpo", "cpo"])
+def test_orpo_and_simpo_labels_are_exactly_the_reply(kind, toy_parts, tmp_path):
+    import copy
+
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+
+    from swiftbox.compat import trl_experimental, trl_experimental_as_given
+
+    model, tok = toy_parts
+    tok.chat_template = (TEMPLATES / "google-gemma-2-2b-it.jinja").read_text(encoding="utf-8")
+    try:
+        split, _ = data.dpo_strings(rows(), tok, 256)
+        config_cls, trainer_cls = trl_experimental(kind)
+        config = config_cls(output_dir=str(tmp_path), per_device_train_batch_size=2, report_to="none", max_length=256,
+                            max_completion_length=256, use_cpu=True)
+        built = {}
+        for label, ctx in (("ours", trl_experimental_as_given(kind)), ("trl", contextlib.nullcontext())):
+            with ctx:
+                policy = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=["q_proj"]))
+                built[label] = trainer_cls(model=policy, args=config, processing_class=tok,
+                                           train_dataset=Dataset.from_list(split)).train_dataset[0]
+        ours = [t for t in built["ours"]["chosen_labels"] if t != -100]
+        assert tok.decode(ours) == CASES["google-gemma-2-2b-it"][0]
+        theirs = [t for t in built["trl"]["chosen_labels"] if t != -100]
+        assert theirs == ours + [tok.eos_token_id]               # without the patch TRL appends eos
     finally:
         tok.chat_template = None
