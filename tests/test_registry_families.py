@@ -53,7 +53,9 @@ def test_a_family_that_cannot_be_trained_is_refused_with_exit_3_naming_it(tmp_pa
     refuse_family(tmp_path)                      # trainable families pass
 
 
+@pytest.mark.slow
 def test_sft_on_a_refused_family_exits_3(tmp_path, cli):
+    """Through the CLI in a fresh process (slow: the import alone takes most of it)."""
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "mistral3"}))
