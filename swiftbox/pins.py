@@ -88,7 +88,7 @@ def same(installed: str, pinned: str) -> bool:
 def installed_versions() -> dict[str, str]:
     from importlib import metadata
 
-    out = {}
+    out: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name:
@@ -129,7 +129,8 @@ def _key(version: str) -> tuple[int, ...]:
 
 def pins_from(dists: Iterable[tuple[str, str, Optional[str]]]) -> tuple[list[Pin], list[Pin]]:
     """(common, cpu) pins from (name, version, requires_python) of an environment; local labels dropped."""
-    common, cpu = [], []
+    common: list[Pin] = []
+    cpu: list[Pin] = []
     for name, version, requires_python in sorted(dists, key=lambda d: canonical(d[0])):
         key = canonical(name)
         if key in UNLOCKED:
@@ -148,7 +149,7 @@ def write(out_dir: Path = LOCK_DIR) -> tuple[Path, Path]:
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name and canonical(name) not in seen:
-            seen[canonical(name)] = (name, dist.version, dist.metadata.get("Requires-Python"))
+            seen[canonical(name)] = (name, dist.version, dist.metadata["Requires-Python"])
     common, cpu = pins_from(seen.values())
     torch = next((v for n, v, _ in seen.values() if canonical(n) == "torch"), "not installed")
     stamp = (f"# written by `python -m swiftbox.pins write` on {datetime.date.today()} from a venv CI passed with\n"

@@ -51,3 +51,59 @@ def test_verbose_flag_is_accepted_before_or_after_the_command():
     for args in (("--verbose", "sft", "--help"), ("sft", "--verbose", "--help"), ("-v", "doctor", "--help")):
         res = run_cli(*args, timeout=60)
         assert res.returncode == 0 and "usage:" in res.stdout, (args, res.stderr)
+
+
+FD_NOISE = """
+import logging, os, sys
+from pathlib import Path
+from swiftbox import logs
+logs.setup()
+logs.attach(Path(sys.argv[1]))
+logging.basicConfig(level=logging.INFO)           # what tokenicer does at import
+logging.getLogger("httpx2").info("HTTP Request: POST http://127.0.0.1/v1 200 OK")
+logging.getLogger("bitsandbytes.backends.cpu.ops").warning("Failed to load CPU gemm_4bit_forward")
+print("swiftbox: before")
+with logs.captured("noisy call") as terminal:
+    os.write(1, b"C++ on fd 1\\n")
+    os.write(2, b"Compiling extension on fd 2\\n")
+    print("a library's print")
+    print("a library's stderr print", file=sys.stderr)
+    terminal.write("swiftbox: own progress\\n")
+try:
+    with logs.captured("failing call"):
+        os.write(2, b"noise before the error\\n")
+        raise RuntimeError("boom")
+except RuntimeError:
+    print("swiftbox: error line", file=sys.stderr)
+print("swiftbox: after")
+"""
+
+
+def _run_fd(tmp_path, env_extra=None):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "SWIFTBOX_VERBOSE"}
+    env.update({"PYTHONPATH": str(ROOT), **(env_extra or {})})
+    log = tmp_path / "run" / "swiftbox.log"
+    res = subprocess.run([sys.executable, "-c", FD_NOISE, str(log)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout + res.stderr, log
+
+
+def test_output_written_to_the_file_descriptors_goes_to_the_run_log_and_is_restored(tmp_path):
+    shown, log = _run_fd(tmp_path)
+    assert sorted(shown.splitlines()) == ["swiftbox: after", "swiftbox: before", "swiftbox: error line",
+                                          "swiftbox: own progress"]
+    text = log.read_text()
+    for line in ("C++ on fd 1", "Compiling extension on fd 2", "a library's print", "a library's stderr print",
+                 "noise before the error", "HTTP Request: POST", "Failed to load CPU gemm_4bit_forward",
+                 "--- noisy call: its output ---"):
+        assert line in text, line
+    assert "swiftbox: own progress" not in text
+
+
+def test_verbose_leaves_the_file_descriptors_alone(tmp_path):
+    shown, log = _run_fd(tmp_path, {"SWIFTBOX_VERBOSE": "1"})
+    assert "C++ on fd 1" in shown and "Compiling extension on fd 2" in shown and "swiftbox: own progress" in shown
+    assert not log.exists()
