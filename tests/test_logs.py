@@ -107,3 +107,50 @@ def test_verbose_leaves_the_file_descriptors_alone(tmp_path):
     shown, log = _run_fd(tmp_path, {"SWIFTBOX_VERBOSE": "1"})
     assert "C++ on fd 1" in shown and "Compiling extension on fd 2" in shown and "swiftbox: own progress" in shown
     assert not log.exists()
+
+
+TTY_NOISE = """
+import os, sys
+from pathlib import Path
+from swiftbox import logs
+from swiftbox.pipelines.quantize.progress import layer_progress
+logs.setup()
+logs.attach(Path(sys.argv[1]))
+with logs.captured("quantize") as terminal, layer_progress("quantize test", 2, terminal) as done:
+    print("a library's print")
+    os.write(1, b"a kernel build on fd 1\\n")
+    done(0)
+    done(1)
+print("swiftbox: after")
+"""
+
+
+def test_on_a_terminal_the_progress_bar_shows_and_the_library_output_still_goes_to_the_log(tmp_path):
+    """On a TTY rich's live display would route sys.stdout through itself onto the screen (gptqmodel's log bar
+    printed 400 lines that way); the bar must not take the library's prints with it."""
+    import os
+    import pty
+
+    log = tmp_path / "run" / "swiftbox.log"
+    env = {k: v for k, v in os.environ.items() if k != "SWIFTBOX_VERBOSE"}
+    env.update({"PYTHONPATH": str(ROOT), "TERM": "xterm"})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", TTY_NOISE, str(log)], stdin=slave, stdout=slave, stderr=slave,
+                            env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:        # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, out.decode(errors="replace")
+    shown = out.decode(errors="replace")
+    assert "quantize test" in shown and "2/2" in shown and "swiftbox: after" in shown
+    assert "a library's print" not in shown and "a kernel build" not in shown, shown
+    text = log.read_text()
+    assert "a library's print" in text and "a kernel build on fd 1" in text

@@ -16,7 +16,10 @@ def layer_progress(description: str, total: Optional[int], stream: IO[str]) -> I
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("layers"), TimeElapsedColumn(), console=Console(file=stream), transient=False)
+                        TextColumn("layers"), TimeElapsedColumn(), console=Console(file=stream), transient=False,
+                        # rich would route sys.stdout/sys.stderr through this bar on a terminal: the library's prints
+                        # must keep going to the file descriptors (the run's log while captured)
+                        redirect_stdout=False, redirect_stderr=False)
     task = progress.add_task(description, total=total)
     done: set[int] = set()
 
