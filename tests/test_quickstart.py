@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import run_cli
 
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-QUICKSTART_LINES = 60   # stdout + stderr in a pipe: 11 steps x 2 lines, 3 progress bars, serve's 5, the closing table   # a tiny model gains nothing from threads; spinning ones cost a lot on 2 cores
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}   # a tiny model gains nothing from threads; spinning ones cost a lot on 2 cores
+QUICKSTART_LINES = 60   # stdout + stderr in a pipe: 11 steps x 2 lines, 3 progress bars, serve's 5, the closing table
 
 
 def test_quickstart_numbers_hold(tmp_path):
