@@ -199,7 +199,9 @@ def captured(what: str) -> Iterator[IO[str]]:
         yield sys.stderr
         return
     log_fd = os.open(_run_log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(log_fd, f"--- {what}: its output ---\n".encode())
+    import time
+
+    os.write(log_fd, f"{time.strftime('%Y-%m-%d %H:%M:%S')} --- {what}: its output ---\n".encode())
     terminal = os.fdopen(os.dup(saved[1]), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
                          errors="replace")
     try:
