@@ -11,13 +11,13 @@ import contextlib
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
     "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
                                  # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
                                  # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
-    "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
+    "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
 }
@@ -140,6 +140,36 @@ def gptqmodel_log_dir(folder: Path) -> Iterator[None]:
         yield
     finally:
         loop_processor._PROJECT_LOG_DIR = before
+
+
+# -- gptqmodel: one call per quantized layer, for swiftbox's own progress ----------------------------------
+class _LayerReporter:
+    """What gptqmodel's ModuleLooper calls: `layer_complete(layer_idx=, submodule_finalized=)`, twice per layer
+    (quantized, then finalized); `on_layer(layer_idx)` runs once, on the second."""
+
+    def __init__(self, on_layer: Callable[[int], None]) -> None:
+        self.on_layer = on_layer
+
+    def layer_complete(self, *, layer_idx: int, submodule_finalized: bool) -> None:
+        if submodule_finalized:
+            self.on_layer(layer_idx)
+
+
+@contextlib.contextmanager
+def gptqmodel_layer_callback(model: Any, on_layer: Callable[[int], None]) -> Iterator[None]:
+    """gptqmodel has no documented progress hook; its ModuleLooper reads a `layer_callback` attribute of the
+    model it quantizes (checked 7.6.0: `getattr(model, "layer_callback", None)` in `ModuleLooper.__init__`) and
+    calls it as each decoder layer is done. Set for the duration of `model.quantize(...)`, removed after."""
+    had = "layer_callback" in vars(model)
+    before = vars(model).get("layer_callback")
+    model.layer_callback = _LayerReporter(on_layer)
+    try:
+        yield
+    finally:
+        if had:
+            model.layer_callback = before
+        else:
+            del model.layer_callback
 
 
 # -- uvicorn: a foreground server that ends normally on Ctrl-C / SIGTERM ------------------------------------

@@ -66,6 +66,29 @@ def test_gptqmodel_log_dir_is_a_module_global_it_reads(tmp_path):
     assert loop_processor._PROJECT_LOG_DIR == before
 
 
+def test_gptqmodel_looper_reports_each_layer_to_the_models_layer_callback():
+    pytest.importorskip("gptqmodel")
+    from gptqmodel.looper import module_looper, stage_layer
+
+    checked = compat.CHECKED_AGAINST["gptqmodel"]
+    assert 'getattr(model, "layer_callback", None)' in inspect.getsource(module_looper.ModuleLooper.__init__), \
+        f"gptqmodel {checked}'s ModuleLooper read the model's layer_callback; this one does not (no quantize progress)"
+    assert "submodule_finalized=True" in inspect.getsource(stage_layer), \
+        f"gptqmodel {checked} reported each finalized layer; this one does not"
+
+    class Model:          # what ModuleLooper.__init__ does with the model, then its own dispatch
+        pass
+
+    model, seen = Model(), []
+    looper = object.__new__(module_looper.ModuleLooper)
+    looper.gptq_model = model
+    with compat.gptqmodel_layer_callback(model, seen.append):
+        looper._layer_callback = getattr(model, "layer_callback", None)
+        looper.callbackup(layer_idx=2, submodule_finalized=False)       # quantized: not yet done
+        looper.callbackup(layer_idx=2, submodule_finalized=True)        # finalized: done
+    assert seen == [2] and not hasattr(model, "layer_callback")         # removed after
+
+
 def test_uvicorn_server_enters_capture_signals():
     import uvicorn
     import uvicorn.server
