@@ -53,6 +53,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     root = Path(recipe.header.output_dir or Path(runs_root or "runs") / recipe.name)
     logs.attach(root / LOG_FILE)
     logs.quiet_gptqmodel()
+    logs.quiet_progress_bars()
     summary: dict[str, Any] = {"recipe": recipe.name, "source": recipe.source, "device": platform.name,
                                "started": _now(), "steps": []}
     current = recipe.header.model

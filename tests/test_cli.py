@@ -37,6 +37,7 @@ def test_doctor_reports_cpu():
     info = json.loads(out.stdout)
     assert info["platform"] == "cpu" and info["dtype"] == "float32" and info["dist_backend"] == "gloo"
     assert info["capabilities"]["vllm"].startswith("no") and info["versions"]["torch"] != "not installed"
+    assert info["lock"]["files"][0] == "swiftbox/constraints/common.txt" and isinstance(info["lock"]["differs"], list)
     table = run_cli("doctor")
     assert table.returncode == 0 and "capabilities" in table.stdout
 

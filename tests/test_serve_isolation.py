@@ -249,3 +249,42 @@ def test_exposure_rules(tmp_path, monkeypatch):
     assert api_key(ServeStep()) == "from-env"
     with pytest.raises(ValueError):  # pydantic's ValidationError is a ValueError
         ServeStep(host="")
+
+
+# -- a tokenizer that fails on a request's text: 400 naming it, never 500 ----------------------------------
+
+class RaisingTokenizer:
+    """The toy tokenizer, except that encoding raises as the tokenizers library does (a bare Exception), e.g. a
+    word-level vocabulary without its <unk> token meeting a word it does not know."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        raise Exception("WordLevel error: Missing [UNK] token from the vocabulary")
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", {"messages": MSG, "max_tokens": 2}, "messages"),
+    ("/v1/completions", {"prompt": "Is 12 even?", "max_tokens": 2}, "prompt"),
+])
+def test_a_tokenizer_failure_is_a_400_naming_it(toy_parts, path, body, param):
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
+    from swiftbox.pipelines.serve.server import ServerThread
+
+    engine = make_engine(toy_parts)
+    server = ServerThread(build_app(BuiltinBackend(engine, RaisingTokenizer(toy_parts[1]), max_model_len=256))).start()
+    try:
+        r = httpx.post(server.url + path, json={"model": "toy", **body}, timeout=30)
+    finally:
+        server.stop()
+        engine.shutdown()
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "tokenizer_error" and error["param"] == param
+    assert error["message"] == (f"the model's tokenizer cannot encode this {param}: WordLevel error: Missing [UNK] "
+                                "token from the vocabulary")

@@ -71,7 +71,8 @@ def test_vllm_gets_the_presets_parsers():
 
 @pytest.fixture(scope="module")
 def live(toy_dir, tmp_path_factory):
-    server, _names, stop = start_server("toy", work_dir=tmp_path_factory.mktemp("tools"))
+    # room for the tool schemas: the toy's template has no tools, so they come in swiftbox's default tool format
+    server, _names, stop = start_server("toy", max_model_len=1024, work_dir=tmp_path_factory.mktemp("tools"))
     yield server
     stop()
 

@@ -91,7 +91,17 @@ def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
 
 def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = False,
                trust_remote_code: bool = False, quantization_config=None, adapter_names: Optional[list[str]] = None):
-    """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
+    """The base model in `dtype` on the platform's first device, with the spec's adapters attached. What the
+    libraries print while loading (a quantized model's kernel builds, gptqmodel's log bar) goes to the run's log."""
+    from swiftbox import logs
+
+    with logs.captured(f"loading {spec.base.name}"):
+        return _load_model(spec, platform, dtype, merge_adapters=merge_adapters, trust_remote_code=trust_remote_code,
+                           quantization_config=quantization_config, adapter_names=adapter_names)
+
+
+def _load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool, trust_remote_code: bool,
+                quantization_config, adapter_names: Optional[list[str]]):
     from transformers import AutoModelForCausalLM
 
     if spec.quantized in SIXTEEN_BIT_KERNELS:

@@ -6,6 +6,8 @@ The format is read off the chat template the model was trained with, the same wa
 - mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (the marker may be decoded away)
 - llama3_json (Llama 3.1 / 3.2): the whole answer is `{"name": ..., "parameters": {...}}`
 - glm4: `function_name\\n{"arg": ...}` (the name must be one of the request's tools)
+- any other template: hermes, swiftbox's default tool format (data/dialect.py) that training renders for templates
+  without tool calls of their own; a native format that finds no call falls back to it too
 Reasoning: templates that know `<think>` get `<think>...</think>` split off into `reasoning_content`
 (also when the generation prompt already opened the block, as DeepSeek-R1's does).
 Text that does not parse stays content: a model that writes a malformed call answers in plain text.
@@ -28,9 +30,12 @@ class Parsed:
     reasoning: Optional[str] = None
     tool_calls: list[dict] = field(default_factory=list)
 
+    def _replace_reasoning(self, reasoning: Optional[str]) -> Parsed:
+        return Parsed(self.content, reasoning, self.tool_calls)
+
 
 def tool_format(chat_template: Optional[str]) -> str:
-    """hermes | mistral | llama3_json | glm4 | '' (no tool calls in this template)."""
+    """hermes | mistral | llama3_json | glm4 (hermes also for templates without tool calls of their own)."""
     t = chat_template or ""
     if "<tool_call>" in t:
         return "hermes"
@@ -40,7 +45,7 @@ def tool_format(chat_template: Optional[str]) -> str:
         return "llama3_json"
     if "[gMASK]" in t and "tools" in t:
         return "glm4"
-    return ""
+    return "hermes"     # swiftbox's default tool format (data/dialect.py)
 
 
 def thinks(chat_template: Optional[str]) -> bool:
@@ -104,5 +109,7 @@ def parse(text: str, fmt: str, *, think: bool = False, tool_names: Optional[set[
                 calls, text = [_call(name.strip(), json.loads(rest or "{}"))], ""
             except json.JSONDecodeError:
                 pass
+    if not calls and fmt not in ("hermes", "") and "<tool_call>" in text:
+        return parse(text, "hermes", tool_names=tool_names)._replace_reasoning(reasoning)
     content = text.strip()
     return Parsed(content if content or not calls else None, reasoning, calls)

@@ -66,6 +66,25 @@ def lora_config(cfg, task_type: str = "CAUSAL_LM"):
                       target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type)
 
 
+def refuse_family(base) -> None:
+    """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
+    model_type, before any weights load."""
+    import json
+    from pathlib import Path
+
+    from swiftbox.errors import Unsupported
+    from swiftbox.modeling.registry import training_refusal
+
+    config = Path(str(base)) / "config.json"
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
+    except (OSError, ValueError, AttributeError):
+        return
+    reason = training_refusal(str(model_type))
+    if reason:
+        raise Unsupported(reason)
+
+
 def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool = False) -> TrainModel:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -73,6 +92,7 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     if spec.quantized:
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
                         f"model (method: qlora quantizes on the fly)")
+    refuse_family(spec.base)
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map

@@ -96,8 +96,8 @@ class BuiltinBackend:
         try:
             text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
         except UserError as exc:  # the template rejects the conversation (roles, order, ...)
-            raise ApiError(400, str(exc), param="messages") from None
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            raise ApiError(400, str(exc), param="messages", code="chat_template_error") from None
+        return self.encode(text, "messages", add_special_tokens=False)
 
     def answer_parser(self, req):
         """How to read tool calls / reasoning out of this request's answers (None: plain text)."""
@@ -112,7 +112,17 @@ class BuiltinBackend:
         return lambda text: toolcalls.parse(text, fmt, think=think, tool_names=names)
 
     def text_prompt(self, req) -> list[int]:
-        return self.tokenizer(req.prompt)["input_ids"]
+        return self.encode(req.prompt, "prompt")
+
+    def encode(self, text: str, param: str, **kwargs) -> list[int]:
+        """The prompt's ids; a tokenizer that cannot encode it is a 400 naming why (the request's text is what it
+        could not take: a word outside a word-level vocabulary, ...), never a 500."""
+        try:
+            return self.tokenizer(text, **kwargs)["input_ids"]
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception; any failure here is the input's
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ApiError(400, f"the model's tokenizer cannot encode this {param}: {reason}", param=param,
+                           code="tokenizer_error") from None
 
     def params(self, req, prompt_len: int, default_max: int, param: str) -> SamplingParams:
         room = self.max_model_len - prompt_len
