@@ -153,7 +153,7 @@ def server_lm(url: str, model: str, api: str, api_key: Optional[str], tokenizer:
 
 
 def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Optional[int], chat_template: bool,
-             seed: int = 1234) -> dict[str, Any]:
+             max_gen_tokens: Optional[int] = None, seed: int = 1234) -> dict[str, Any]:
     """Run the tasks; returns {"results": {benchmark: metrics as the harness reported them}, "rows": {benchmark:
     rows scored}, "samples": {task: [per-row records]}, "n_shot": {...}}."""
     import lm_eval
@@ -165,7 +165,8 @@ def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Opt
         out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit, num_fewshot=shots,
                                       apply_chat_template=chat_template, log_samples=True, random_seed=seed,
                                       numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                                      bootstrap_iters=0)
+                                      bootstrap_iters=0,
+                                      gen_kwargs={"max_gen_toks": max_gen_tokens} if max_gen_tokens else None)
     if out is None:
         raise UserError("eval: the harness returned no results")
     found = {**out.get("results", {}), **out.get("groups", {})}
