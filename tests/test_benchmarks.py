@@ -180,6 +180,7 @@ def test_ifeval_slice_needs_no_nltk_sentence_data():
 
 # -- the step: several models, one table, the harness's numbers in the manifest -----------------------------------
 
+@pytest.mark.slow     # loads toy twice and imports the harness: ~60 s on a loaded 2-core box
 def test_eval_step_compares_models_in_one_table(tmp_path, monkeypatch, capsys):
     pytest.importorskip("lm_eval")
     from swiftbox.benchmarks import harness
@@ -196,3 +197,33 @@ def test_eval_step_compares_models_in_one_table(tmp_path, monkeypatch, capsys):
     assert manifest["results"]["toy"]["gsm8k"]["exact_match,strict-match"] == 1.0     # the harness's own keys
     assert manifest["rows"]["toy"] == {"gsm8k": 5, "arc_challenge": 5} and manifest["shipped_slices"] is True
     assert (Path(entry["output"]) / "samples" / "toy" / "gsm8k.jsonl").is_file()
+
+
+# -- end to end with real models (slow): every shipped task runs offline through the harness's HF model -------------
+
+def real_model(request) -> str:
+    try:
+        return str(request.getfixturevalue("real_model_dir"))
+    except pytest.FixtureLookupError:
+        local = Path("/work/realmodel/smollm2-135m-instruct")
+        if not local.is_dir():
+            pytest.skip("no real model here (the real_model_dir fixture)")
+        return str(local)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["toy", "real"])
+def test_every_shipped_task_runs_offline_end_to_end(which, request, tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from swiftbox.runner import run_step
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))      # nothing cached from earlier runs
+    model = "toy" if which == "toy" else real_model(request)
+    entry = run_step("eval", {"model": model, "benchmark": ",".join(ALL), "limit": 2, "max_gen_tokens": 8,
+                              "batch_size": 4}, runs_root=tmp_path, device="cpu")
+    manifest = json.loads((Path(entry["output"]) / "swiftbox.json").read_text())
+    (label,) = manifest["results"]
+    assert manifest["rows"][label] == {"gsm8k": 2, "mmlu": 6, "arc_challenge": 2, "hellaswag": 2, "ifeval": 2}
+    for name in ("gsm8k", "mmlu", "arc_challenge", "hellaswag", "ifeval"):
+        value = entry["metrics"][name]
+        assert value is not None and 0.0 <= value <= 1.0

@@ -21,6 +21,7 @@ class Benchmark:
     headline: str                      # the harness's "metric,filter" key shown in the comparison table
     source: str                        # where the full data comes from, for the missing-data message
     loglikelihood: bool                # scored by answer log-likelihoods (a chat endpoint cannot give them)
+    folder: str = ""                   # the task's folder in lm_eval/tasks/ (only these are indexed: fast start)
     aliases: tuple[str, ...] = ()
     extra_names: dict[str, tuple[str, ...]] = field(default_factory=dict)   # other file stems a split may have
 
@@ -30,20 +31,20 @@ class Benchmark:
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("mmlu", "mmlu", "cais/mmlu", EACH_SUBJECT, "test", "dev", "acc,none",
-              "https://github.com/hendrycks/test (MIT); Hugging Face dataset cais/mmlu", True),
+              "https://github.com/hendrycks/test (MIT); Hugging Face dataset cais/mmlu", True, folder="mmlu/default"),
     Benchmark("gsm8k", "gsm8k", "openai/gsm8k", "main", "test", "train", "exact_match,strict-match",
-              "https://github.com/openai/grade-school-math (MIT); Hugging Face dataset openai/gsm8k", False),
+              "https://github.com/openai/grade-school-math (MIT); Hugging Face dataset openai/gsm8k", False, folder="gsm8k"),
     Benchmark("arc_challenge", "arc_challenge", "allenai/ai2_arc", "ARC-Challenge", "test", "train", "acc_norm,none",
               "https://allenai.org/data/arc (CC BY-SA 4.0); Hugging Face dataset allenai/ai2_arc", True,
-              aliases=("arc",)),
+              aliases=("arc",), folder="arc"),
     Benchmark("arc_easy", "arc_easy", "allenai/ai2_arc", "ARC-Easy", "test", "train", "acc_norm,none",
-              "https://allenai.org/data/arc (CC BY-SA 4.0); Hugging Face dataset allenai/ai2_arc", True),
+              "https://allenai.org/data/arc (CC BY-SA 4.0); Hugging Face dataset allenai/ai2_arc", True, folder="arc"),
     Benchmark("hellaswag", "hellaswag", "Rowan/hellaswag", None, "validation", "train", "acc_norm,none",
-              "https://github.com/rowanz/hellaswag (MIT); Hugging Face dataset Rowan/hellaswag", True),
+              "https://github.com/rowanz/hellaswag (MIT); Hugging Face dataset Rowan/hellaswag", True, folder="hellaswag"),
     Benchmark("ifeval", "ifeval", "google/IFEval", None, "train", None, "prompt_level_strict_acc,none",
               "https://github.com/google-research/google-research/tree/master/instruction_following_eval "
               "(Apache-2.0); Hugging Face dataset google/IFEval", False,
-              extra_names={"train": ("ifeval_input_data",)}),
+              extra_names={"train": ("ifeval_input_data",)}, folder="ifeval"),
 )}
 ALIASES = {alias: b.name for b in BENCHMARKS.values() for alias in b.aliases}
 

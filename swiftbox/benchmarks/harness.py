@@ -159,8 +159,12 @@ def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Opt
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    import lm_eval.tasks
+
+    tasks_root = Path(lm_eval.tasks.__file__).parent
+    folders = sorted({str(tasks_root / td.benchmark.folder) for td in datas})
     with offline(), nltk_offline(datas):
-        manager = TaskManager()
+        manager = TaskManager(include_defaults=False, include_path=folders)   # indexing every task takes a minute
         specs = harness_tasks(manager, datas)
         out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit, num_fewshot=shots,
                                       apply_chat_template=chat_template, log_samples=True, random_seed=seed,
