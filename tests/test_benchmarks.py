@@ -227,3 +227,22 @@ def test_every_shipped_task_runs_offline_end_to_end(which, request, tmp_path, mo
     for name in ("gsm8k", "mmlu", "arc_challenge", "hellaswag", "ifeval"):
         value = entry["metrics"][name]
         assert value is not None and 0.0 <= value <= 1.0
+
+
+@pytest.mark.parametrize("missing", [None, "needs the [eval] extra: pip install 'swiftbox[eval]'"])
+def test_menu_offers_standard_benchmarks_greyed_without_the_extra(monkeypatch, missing):
+    from menus import flows, widgets
+    from swiftbox.benchmarks import harness
+
+    seen = {}
+
+    def select(message, choices, default=None, **kw):
+        seen.update({c.value: c.disabled for c in choices})
+        return "own"
+
+    monkeypatch.setattr(harness, "missing_extra", lambda: missing)
+    monkeypatch.setattr(widgets, "select", select)
+    assert flows._eval_what({}) == "own"
+    assert seen["own"] is None and seen["bench"] == missing
+    assert flows._eval_step({"what": "bench", "benchmark": "gsm8k, arc", "limit": 20}) == \
+        {"benchmark": ["gsm8k", "arc"], "limit": 20}

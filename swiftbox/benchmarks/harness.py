@@ -157,9 +157,8 @@ def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Opt
     """Run the tasks; returns {"results": {benchmark: metrics as the harness reported them}, "rows": {benchmark:
     rows scored}, "samples": {task: [per-row records]}, "n_shot": {...}}."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
-
     import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
 
     tasks_root = Path(lm_eval.tasks.__file__).parent
     folders = sorted({str(tasks_root / td.benchmark.folder) for td in datas})

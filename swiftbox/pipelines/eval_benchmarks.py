@@ -88,7 +88,7 @@ def _headlines(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
 
 
 def _evaluate_one(cfg: EvalStep, ctx: StepContext, ref: Optional[str], datas: list[data.TaskData]) -> dict[str, Any]:
-    common = dict(limit=cfg.limit, shots=cfg.shots, max_gen_tokens=cfg.max_gen_tokens)
+    common: dict[str, Any] = dict(limit=cfg.limit, shots=cfg.shots, max_gen_tokens=cfg.max_gen_tokens)
     if ref is None:
         assert cfg.url
         tokenizer = None
