@@ -99,16 +99,19 @@ def test_every_patch_names_the_version_it_was_checked_against():
     text = Path(compat.__file__).read_text()
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
-    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval"}
 
 
 def test_lm_eval_task_config_is_the_registered_task_in_full():
     pytest.importorskip("lm_eval")
+    import lm_eval.tasks
     from lm_eval.tasks import TaskManager
 
-    cfg = compat.lm_eval_task_config(TaskManager(), "arc_challenge")
+    root = Path(lm_eval.tasks.__file__).parent
+    manager = TaskManager(include_defaults=False, include_path=[str(root / "arc"), str(root / "hellaswag")])
+    cfg = compat.lm_eval_task_config(manager, "arc_challenge")
     # arc_challenge.yaml is two lines over `include: arc_easy.yaml`: the include must come back resolved
     assert cfg["task"] == "arc_challenge" and cfg["dataset_name"] == "ARC-Challenge"
     assert cfg["doc_to_choice"] == "{{choices.text}}" and cfg["output_type"] == "multiple_choice"
-    hellaswag = compat.lm_eval_task_config(TaskManager(), "hellaswag")
+    hellaswag = compat.lm_eval_task_config(manager, "hellaswag")
     assert callable(hellaswag["process_docs"]), "the !function hook must come back loaded"
