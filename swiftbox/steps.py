@@ -332,6 +332,8 @@ class EvalStep(StepBase):
         """`--benchmark gsm8k,mmlu` and `[gsm8k, mmlu]` mean the same."""
         if value is None:
             return value
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError("expected benchmark names, e.g. gsm8k,mmlu or [gsm8k, mmlu]")
         items = [value] if isinstance(value, str) else list(value)
         names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
         if not names:
