@@ -77,8 +77,14 @@ def _settings_from_args(args: argparse.Namespace, schema) -> dict:
         if parts == ["devices"] and isinstance(value, str):
             value = parse_cli_devices(value)     # on the command line a bare number is a count
         node[parts[-1]] = value
-    if getattr(args, "model_pos", None):
-        settings["model"] = args.model_pos
+    positional = getattr(args, "model_pos", None)
+    if isinstance(positional, list):          # eval A B C
+        if positional:
+            settings["model"] = positional[0]
+        if positional[1:]:
+            settings["compare"] = positional[1:] + list(settings.get("compare") or [])
+    elif positional:
+        settings["model"] = positional
     return settings
 
 
@@ -163,7 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         if kind == "verify":  # its own parser above: a table on the terminal, no output directory
             continue
         p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
-        p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
+        if "compare" in schema.model_fields:   # eval A B C: the first is the model, the rest compare: (one table)
+            p.add_argument("model_pos", nargs="*", metavar="MODEL", help="model reference(s); more than one are "
+                           "compared side by side (same as --model and --compare)")
+        else:
+            p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help=DEVICE_HELP)
         _add_schema_flags(p, schema)
     return parser

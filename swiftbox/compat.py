@@ -20,6 +20,7 @@ CHECKED_AGAINST = {
     "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
+    "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
 }
 
 
@@ -222,3 +223,20 @@ def cache_drop_left(cache: Any, n: int) -> None:
     for layer in cache.layers:
         layer.keys = layer.keys[:, :, n:, :]
         layer.values = layer.values[:, :, n:, :]
+
+
+# -- lm-evaluation-harness: a registered task's full config, to re-point its data at local files ------------
+def lm_eval_task_config(task_manager: Any, name: str) -> dict[str, Any]:
+    """The full config (includes resolved, `!function` hooks loaded) of the lm-eval task `name`, as the harness
+    itself builds it from its YAML. An inline dict given to lm-eval replaces a registered config instead of
+    updating it, so swiftbox starts from this and changes only where the data comes from. The YAML loader is
+    private (`lm_eval.tasks._yaml_loader.load_yaml`); the registry is public (`TaskManager.task_index`)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from swiftbox.errors import SwiftboxError
+
+    entry = task_manager.task_index.get(name)
+    if entry is None or not getattr(entry, "yaml_path", None):
+        raise SwiftboxError(f"lm-eval has no task {name!r} with a YAML config (checked against lm-eval "
+                            f"{CHECKED_AGAINST['lm_eval']})")
+    return dict(load_yaml(entry.yaml_path, resolve_func=True))

@@ -91,7 +91,10 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
 def _earlier_model(step: Step, models: dict[str, str]) -> Optional[str]:
     """The step's own model:, where `@sft` (`@sft-2` for the second sft, ...) names an earlier step's model output
     in this recipe, wherever --runs-root or output: put it."""
-    ref = step.config.model
+    return _earlier_ref(step.config.model, step, models)
+
+
+def _earlier_ref(ref: Optional[str], step: Step, models: dict[str, str]) -> Optional[str]:
     if not ref or not ref.startswith("@"):
         return ref
     if ref not in models:
@@ -109,6 +112,9 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     if model_ref is None and pipeline.needs_input:
         raise UserError(f"steps[{step.index}].{step.kind}: no input model: set the recipe's model: or the step's "
                         "model:")
+    compare = getattr(cfg, "compare", None)
+    if compare:                                         # eval's other models may name earlier steps too (@sft)
+        cfg = cfg.model_copy(update={"compare": [_earlier_ref(r, step, models) for r in compare]})
     pipeline.check(cfg, platform)                       # refusals (exit 2/3) while nothing is on disk
     output = Path(cfg.output) if cfg.output else default_out
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),

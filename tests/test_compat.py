@@ -122,7 +122,7 @@ def test_every_patch_names_the_version_it_was_checked_against():
     text = Path(compat.__file__).read_text()
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
-    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval"}
 
 
 def test_trl_preference_preparation_is_where_the_pretokenized_patch_replaces_it():
@@ -149,3 +149,18 @@ def test_trl_experimental_row_tokenizers_read_the_bos_eos_helpers_from_their_mod
     with compat.trl_experimental_as_given(name):
         assert module.add_eos_token_if_needed(0, "c", "r") == ("c", "r")
     assert (module.add_eos_token_if_needed, module.add_bos_token_if_needed) == before
+
+
+def test_lm_eval_task_config_is_the_registered_task_in_full():
+    pytest.importorskip("lm_eval")
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+
+    root = Path(lm_eval.tasks.__file__).parent
+    manager = TaskManager(include_defaults=False, include_path=[str(root / "arc"), str(root / "hellaswag")])
+    cfg = compat.lm_eval_task_config(manager, "arc_challenge")
+    # arc_challenge.yaml is two lines over `include: arc_easy.yaml`: the include must come back resolved
+    assert cfg["task"] == "arc_challenge" and cfg["dataset_name"] == "ARC-Challenge"
+    assert cfg["doc_to_choice"] == "{{choices.text}}" and cfg["output_type"] == "multiple_choice"
+    hellaswag = compat.lm_eval_task_config(manager, "hellaswag")
+    assert callable(hellaswag["process_docs"]), "the !function hook must come back loaded"

@@ -15,9 +15,9 @@ PKG = ROOT / "swiftbox"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "report")),
     ("device", ("device",)),
-    ("contract", ("steps", "reward_spec", "pipelines.base")),
+    ("contract", ("steps", "reward_spec", "pipelines.base", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),
-    ("tools", ("parity", "diagnose", "training")),
+    ("tools", ("parity", "diagnose", "training", "benchmarks")),
     ("serving", ("serving",)),
     ("verify", ("verify",)),
     ("pipelines", ("pipelines",)),

@@ -1,5 +1,8 @@
 """Evaluation: accuracy of generated answers against references, and perplexity on text.
 
+With `benchmark:` it runs standard benchmarks instead (swiftbox.benchmarks: lm-evaluation-harness on local files),
+on the input model, each `compare:` model and/or a server (`url:`), and prints one comparison table.
+
 Works on anything loading.py can load: a base model, base + adapter (an adapter artifact dir), a merged
 model or a quantized export. Accuracy: greedy generation in left-padded batches; the answer is compared
 with the reference (`exact` after trimming case/whitespace/end punctuation, or `contains`).
@@ -26,12 +29,26 @@ __all__ = ["PIPELINE", "choose", "generate", "matches", "perplexity"]
 
 
 def check(cfg: EvalStep, platform: Platform) -> None:
+    if cfg.benchmark:
+        from swiftbox.pipelines.eval_benchmarks import check_benchmarks
+
+        check_benchmarks(cfg)
+        return
+    if cfg.compare or cfg.url:
+        raise UserError("eval: compare: and url: go with benchmark: (standard benchmarks); for your own file "
+                        "evaluate each model in its own step")
     if not cfg.dataset and not cfg.perplexity:
         raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or "
                         "perplexity: (text)")
 
 
 def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
+    if cfg.benchmark:
+        from swiftbox.pipelines.eval_benchmarks import run_benchmarks
+
+        return run_benchmarks(cfg, ctx)
+    if not ctx.input:
+        raise UserError("eval: no model to evaluate: give a model (or, with benchmark:, a url:)")
     from swiftbox import data
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
 
@@ -65,4 +82,4 @@ def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
     return StepResult(metrics=metrics, info=info)
 
 
-PIPELINE = declare("eval", EvalStep, produces_model=False, check=check, run=run)
+PIPELINE = declare("eval", EvalStep, produces_model=False, needs_input=False, check=check, run=run)
