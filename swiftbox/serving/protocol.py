@@ -374,7 +374,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
 
 # -- Anthropic Messages and OpenAI Responses requests (translated onto ChatCompletionRequest: translate.py) ----
 
-MAX_STOP_SEQUENCES = 16         # Anthropic's stop_sequences; the built-in engine checks each one per token
+MAX_STOP_SEQUENCES = MAX_STOP   # Anthropic's stop_sequences: the chat path's bound
 MAX_ITEMS = 4096                # messages / input items / content blocks / tools per request
 
 
@@ -402,7 +402,8 @@ class StrictFields(BaseModel):
 class MessagesRequest(StrictFields):
     """POST /v1/messages (Anthropic Messages API)."""
 
-    ACCEPTED = frozenset({"metadata", "service_tier"})
+    ACCEPTED = frozenset({"metadata", "service_tier", "cache_control", "speed", "inference_geo", "diagnostics",
+                          "user_profile_id", "workspace_id", "output_config"})
     model: str = Field(..., min_length=1, max_length=512)
     messages: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS)
     max_tokens: int = Field(..., ge=1, le=MAX_TOKENS)
@@ -415,6 +416,16 @@ class MessagesRequest(StrictFields):
     tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
     tool_choice: Optional[dict[str, Any]] = None
     thinking: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output_config(cls, data: Any) -> Any:
+        """output_config: its effort is a hint (taken); a structured-output format is refused."""
+        config = data.get("output_config") if isinstance(data, dict) else None
+        if config is not None and (not isinstance(config, dict) or set(config) - {"effort"}):
+            raise ApiError(400, "output_config: only 'effort' is supported (no structured output format)",
+                           param="output_config", code="unsupported_field")
+        return data
 
     @field_validator("stop_sequences")
     @classmethod
