@@ -403,7 +403,7 @@ class MessagesRequest(StrictFields):
     """POST /v1/messages (Anthropic Messages API)."""
 
     ACCEPTED = frozenset({"metadata", "service_tier", "cache_control", "speed", "inference_geo", "diagnostics",
-                          "user_profile_id", "workspace_id", "output_config"})
+                          "user_profile_id", "workspace_id", "output_config", "context_management"})
     model: str = Field(..., min_length=1, max_length=512)
     messages: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS)
     max_tokens: int = Field(..., ge=1, le=MAX_TOKENS)
@@ -420,11 +420,21 @@ class MessagesRequest(StrictFields):
     @model_validator(mode="before")
     @classmethod
     def _output_config(cls, data: Any) -> Any:
-        """output_config: its effort is a hint (taken); a structured-output format is refused."""
+        """output_config: its effort is a hint (taken); a structured-output format is refused. context_management:
+        only the edits that change nothing are taken."""
         config = data.get("output_config") if isinstance(data, dict) else None
         if config is not None and (not isinstance(config, dict) or set(config) - {"effort"}):
             raise ApiError(400, "output_config: only 'effort' is supported (no structured output format)",
                            param="output_config", code="unsupported_field")
+        manage = data.get("context_management") if isinstance(data, dict) else None
+        if manage is not None:      # Claude Code sends {"edits": [{"type": "clear_thinking_...", "keep": "all"}]}
+            edits = manage.get("edits") if isinstance(manage, dict) else None
+            noop = [isinstance(e, dict) and e.get("keep") == "all"
+                    and str(e.get("type", "")).startswith("clear_thinking") for e in (edits or [])]
+            if not isinstance(edits, list) or not all(noop):
+                raise ApiError(400, "context_management: only edits that keep everything (clear_thinking with "
+                                    "keep: all) are supported; this server does not edit the context",
+                               param="context_management", code="unsupported_field")
         return data
 
     @field_validator("stop_sequences")
@@ -445,7 +455,7 @@ class ResponsesRequest(StrictFields):
     """POST /v1/responses (OpenAI Responses API)."""
 
     ACCEPTED = frozenset({"metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
-                          "parallel_tool_calls", "truncation", "include", "text", "background"})
+                          "parallel_tool_calls", "truncation", "include", "text", "background", "client_metadata"})
     model: str = Field(..., min_length=1, max_length=512)
     input: Union[str, list[dict[str, Any]]] = Field(..., max_length=MAX_ITEMS)
     instructions: Optional[str] = None
