@@ -27,6 +27,7 @@ def build_app(backend: Backend, *, api_key: str | None = None, max_body: int = M
 
     from swiftbox.serving.guard import OPEN_PATHS, Guard
     from swiftbox.serving.metrics import RequestCounter, ServeMetrics
+    from swiftbox.serving.response_store import ResponseStore
     from swiftbox.serving.routes import routers
 
     app = FastAPI(title="swiftbox", version="1", description="OpenAI-compatible API served by swiftbox")
@@ -38,6 +39,7 @@ def build_app(backend: Backend, *, api_key: str | None = None, max_body: int = M
     app.add_middleware(RequestCounter, metrics=serve_metrics)   # outermost: sees the guard's 401/413 too
     app.state.backend = backend
     app.state.metrics = serve_metrics
+    app.state.response_store = ResponseStore()      # /v1/responses' previous_response_id
     for router in routers():
         app.include_router(router)
     return app

@@ -45,6 +45,15 @@ class Backend(Protocol):
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response: ...
 
+    async def native(self, path: str, request: Request, stream: bool) -> Optional[Response]:
+        """The engine's own answer to `path` (/v1/messages, /v1/messages/count_tokens, /v1/responses) where it
+        serves that API itself (vLLM); None: the front door translates the request onto chat (translate.py)."""
+        ...
+
+    async def count_tokens(self, req: ChatCompletionRequest) -> int:
+        """The prompt tokens `req` would take (its messages and tools through the chat template)."""
+        ...
+
     async def load_adapter(self, name: str, path: str) -> None:
         """Load a LoRA adapter that AdapterPolicy.inspect accepted; ApiError (4xx) when the engine refuses it."""
         ...

@@ -1,5 +1,7 @@
 """The front door's ASGI middleware: API key on every route but /health (and /metrics with --metrics-public),
-and a request body size limit.
+and a request body size limit. The key may come as `Authorization: Bearer KEY` (OpenAI clients, Codex,
+Claude Code's ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY` (Anthropic clients, Claude Code's ANTHROPIC_API_KEY);
+a refusal is in the shape of the API the path belongs to (errors.ApiError.body_for).
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client disconnects pass straight through.
 The body is read once here - at most `max_body` bytes, else 413 - and replayed to the app.
@@ -22,16 +24,16 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self.api_key and scope.get("path") not in self.open_paths and not self._authorised(scope):
-            return await _reply(send, unauthorized())
+            return await _reply(scope, send, unauthorized())
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None:
             try:
                 too_big = int(length) > self.max_body
             except ValueError:
-                return await _reply(send, ApiError(400, "invalid Content-Length header", code="invalid_header"))
+                return await _reply(scope, send, ApiError(400, "invalid Content-Length header", code="invalid_header"))
             if too_big:
-                return await _reply(send, _too_large(self.max_body))
+                return await _reply(scope, send, _too_large(self.max_body))
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -40,7 +42,7 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                return await _reply(send, _too_large(self.max_body))
+                return await _reply(scope, send, _too_large(self.max_body))
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
@@ -58,12 +60,14 @@ class Guard:
     def _authorised(self, scope) -> bool:
         if self.api_key is None:
             return True
+        key = self.api_key.encode()
         for name, value in scope.get("headers") or []:
             if name == b"authorization":
                 scheme, _, token = value.decode("latin-1").partition(" ")
-                return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
-            if name == b"x-api-key":
-                return hmac.compare_digest(value, self.api_key.encode())
+                if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), key):
+                    return True
+            elif name == b"x-api-key" and hmac.compare_digest(value.strip(), key):
+                return True
         return False
 
 
@@ -71,8 +75,8 @@ def _too_large(limit: int) -> ApiError:
     return ApiError(413, f"request body larger than {limit} bytes", code="request_too_large")
 
 
-async def _reply(send, err: ApiError) -> None:
-    body = json.dumps(err.body()).encode()
+async def _reply(scope, send, err: ApiError) -> None:
+    body = json.dumps(err.body_for(scope.get("path", ""))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
     await send({"type": "http.response.start", "status": err.status, "headers": headers})

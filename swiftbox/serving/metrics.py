@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-ROUTES = ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/load_lora_adapter",
-          "/v1/unload_lora_adapter")
+ROUTES = ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/messages",
+          "/v1/messages/count_tokens", "/v1/responses", "/v1/load_lora_adapter", "/v1/unload_lora_adapter")
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                    80.0)
 E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0)

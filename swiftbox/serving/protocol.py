@@ -370,3 +370,123 @@ def now() -> int:
 def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                  total_tokens=prompt_tokens + completion_tokens)
+
+
+# -- Anthropic Messages and OpenAI Responses requests (translated onto ChatCompletionRequest: translate.py) ----
+
+MAX_STOP_SEQUENCES = MAX_STOP   # Anthropic's stop_sequences: the chat path's bound
+MAX_ITEMS = 4096                # messages / input items / content blocks / tools per request
+
+
+class StrictFields(BaseModel):
+    """A request body whose unknown top-level fields are refused (400 naming the field), never silently ignored:
+    SUPPORTED fields change the answer; ACCEPTED ones are hints with no effect here (metadata, caching),
+    taken and documented in docs/serving.md."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    ACCEPTED: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields) | cls.ACCEPTED
+            for key in data:
+                if key not in known:
+                    raise ApiError(400, f"{key}: this field is not supported by swiftbox's server "
+                                        f"(supported: {', '.join(sorted(known))})", param=str(key),
+                                   code="unsupported_field")
+        return data
+
+
+class MessagesRequest(StrictFields):
+    """POST /v1/messages (Anthropic Messages API)."""
+
+    ACCEPTED = frozenset({"metadata", "service_tier", "cache_control", "speed", "inference_geo", "diagnostics",
+                          "user_profile_id", "workspace_id", "output_config", "context_management"})
+    model: str = Field(..., min_length=1, max_length=512)
+    messages: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS)
+    max_tokens: int = Field(..., ge=1, le=MAX_TOKENS)
+    system: Optional[Union[str, list[dict[str, Any]]]] = None
+    stop_sequences: Optional[list[str]] = Field(None, max_length=MAX_STOP_SEQUENCES)
+    temperature: float = Field(1.0, ge=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, le=MAX_TOP_K)
+    stream: bool = False
+    tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
+    tool_choice: Optional[dict[str, Any]] = None
+    thinking: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output_config(cls, data: Any) -> Any:
+        """output_config: its effort is a hint (taken); a structured-output format is refused. context_management:
+        only the edits that change nothing are taken."""
+        config = data.get("output_config") if isinstance(data, dict) else None
+        if config is not None and (not isinstance(config, dict) or set(config) - {"effort"}):
+            raise ApiError(400, "output_config: only 'effort' is supported (no structured output format)",
+                           param="output_config", code="unsupported_field")
+        manage = data.get("context_management") if isinstance(data, dict) else None
+        if manage is not None:      # Claude Code sends {"edits": [{"type": "clear_thinking_...", "keep": "all"}]}
+            edits = manage.get("edits") if isinstance(manage, dict) else None
+            noop = [isinstance(e, dict) and e.get("keep") == "all"
+                    and str(e.get("type", "")).startswith("clear_thinking") for e in (edits or [])]
+            if not isinstance(edits, list) or not all(noop):
+                raise ApiError(400, "context_management: only edits that keep everything (clear_thinking with "
+                                    "keep: all) are supported; this server does not edit the context",
+                               param="context_management", code="unsupported_field")
+        return data
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, value):
+        if any(not s for s in value or []):
+            raise ValueError("stop sequences must be non-empty")
+        return [utf8(s) for s in value or []]
+
+
+class CountTokensRequest(MessagesRequest):
+    """POST /v1/messages/count_tokens: a Messages body without max_tokens (and nothing to generate)."""
+
+    max_tokens: int = Field(1, ge=1, le=MAX_TOKENS)
+
+
+class ResponsesRequest(StrictFields):
+    """POST /v1/responses (OpenAI Responses API)."""
+
+    ACCEPTED = frozenset({"metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
+                          "parallel_tool_calls", "truncation", "include", "text", "background", "client_metadata"})
+    model: str = Field(..., min_length=1, max_length=512)
+    input: Union[str, list[dict[str, Any]]] = Field(..., max_length=MAX_ITEMS)
+    instructions: Optional[str] = None
+    tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
+    max_output_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    reasoning: Optional[dict[str, Any]] = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hints(cls, data: Any) -> Any:
+        """The accepted hints that would change the answer if they meant more than the default are refused."""
+        if not isinstance(data, dict):
+            return data
+        fmt = (data.get("text") or {}).get("format") if isinstance(data.get("text"), dict) else None
+        if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
+            raise ApiError(400, "text.format: only {type: text} is supported (no structured output)",
+                           param="text.format", code="unsupported_field")
+        if data.get("truncation") not in (None, "disabled"):
+            raise ApiError(400, "truncation: only 'disabled' is supported (a prompt past the context is a 400)",
+                           param="truncation", code="unsupported_field")
+        if data.get("background"):
+            raise ApiError(400, "background: background responses are not supported", param="background",
+                           code="unsupported_field")
+        include = data.get("include") or []
+        if not isinstance(include, list) or any(i != "reasoning.encrypted_content" for i in include):
+            raise ApiError(400, "include: only 'reasoning.encrypted_content' is accepted (and nothing is encrypted)",
+                           param="include", code="unsupported_field")
+        return data

@@ -64,6 +64,14 @@ class BuiltinBackend:
     async def extra_metrics(self) -> bytes:
         return b""
 
+    async def native(self, path: str, request: Request, stream: bool) -> None:
+        """No API of its own beyond chat: /v1/messages and /v1/responses are translated onto chat."""
+        return None
+
+    async def count_tokens(self, req: ChatCompletionRequest) -> int:
+        self.check_size(sum(len(m.text()) for m in req.messages), "messages")
+        return len(await asyncio.to_thread(self.chat_prompt, req))
+
     # -- runtime adapters -------------------------------------------------------------------
     async def load_adapter(self, name: str, path: str) -> None:
         try:

@@ -84,6 +84,9 @@ class VllmProcess:
             return "(no log)"
 
 
+NATIVE = ("/v1/messages", "/v1/responses")   # vLLM's own routes for these APIs (vllm/entrypoints/anthropic, ...)
+
+
 class VllmBackend:
     """Relays validated OpenAI requests to the child; streams its SSE back as it comes."""
 
@@ -173,6 +176,28 @@ class VllmBackend:
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:
         return await self._relay("/v1/completions", await raw_body(request), bool(req.stream))
+
+    async def native(self, path: str, request: Request, stream: bool) -> Optional[Response]:
+        """vLLM serves Anthropic's /v1/messages and OpenAI's /v1/responses itself: relayed as sent (after the front
+        door's key, body limit and model check). Token counting is translated (count_tokens, via /tokenize)."""
+        if path in NATIVE:
+            return await self._relay(path, await raw_body(request), stream)
+        return None
+
+    async def count_tokens(self, req: ChatCompletionRequest) -> int:
+        import httpx
+
+        body = {"model": req.model, "messages": [m.for_template() for m in req.messages], "tools": req.tools,
+                "add_generation_prompt": True}
+        try:
+            r = await self.client.post("/tokenize", json=body, timeout=120)
+        except httpx.HTTPError as exc:
+            raise ApiError(503, f"the vLLM engine is not reachable: {type(exc).__name__}", type="server_error",
+                           code="engine_unavailable") from None
+        if r.status_code != 200:
+            raise ApiError(400 if r.status_code < 500 else 503, f"vLLM could not count the tokens: {r.text[:500]}",
+                           param="messages")
+        return int(r.json()["count"])
 
     async def _relay(self, path: str, raw: dict[str, Any], stream: bool) -> Response:
         import httpx
