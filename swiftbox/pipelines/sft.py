@@ -5,8 +5,8 @@ load the model (adapter / 4-bit / full) -> tokenize with the chat template (loss
 replies as the template renders them, swiftbox.data.render; long prompts cut from the left) -> SFTTrainer
 with padding-free packing (each batch flattened into one sequence, position_ids restarting per sample so
 attention stays within each sample; families whose packed rows are not exact - linear attention, state-space,
-convolution layers, registry.PACKING_NOT_EXACT - pad and group by length instead, said in the step header) -> save the adapter (or full model), the
-loss curve and TensorBoard events into the step's work dir.
+convolution layers, registry.PACKING_NOT_EXACT - pad and group by length instead, said in the step header) ->
+save the adapter (or full model), the loss curve and TensorBoard events into the step's work dir.
 """
 from __future__ import annotations
 

@@ -96,6 +96,9 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
                         f"model (method: qlora quantizes on the fly)")
     refuse_family(spec.base)
+    from swiftbox.training.arguments import batching
+
+    packed = batching(cfg, platform, config_model_type(spec.base))[0]   # exit 2 here: packing: true where not exact
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map
@@ -104,9 +107,6 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     # bf16 weights AdamW's small updates round away (on an H100 the quickstart's SFT stalled at 0.53 accuracy
     # where float32 reaches 1.0), and fp16 weights cannot be unscaled at all. Adapters are float32 already (PEFT).
     master = cfg.method == "full" and dtype in ("bfloat16", "float16")
-    from swiftbox.training.arguments import batching
-
-    packed = batching(cfg, platform, config_model_type(spec.base))[0]   # exit 2 here: packing: true where not exact
     kwargs = dict(dtype=torch_dtype("float32" if master else dtype), trust_remote_code=cfg.trust_remote_code,
                   use_safetensors=True, attn_implementation=platform.attn_implementation(packed))
     device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP
