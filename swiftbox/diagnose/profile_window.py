@@ -4,7 +4,8 @@ The platform supplies the profiler (torch.profiler with CPU (+ CUDA) activities;
 experimental config on Ascend); this callback drives it: start at train begin, `step()` after each optimizer
 step, stop at train end. It opens `swiftbox::forward` (around the model's forward), `swiftbox::lm_head` (around
 the LM head's forward) and `swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s
-over the recorded steps. Nothing here touches the computation: hooks only open and close profiler ranges (tested: same loss with and without).
+over the recorded steps. Nothing here touches the computation: hooks only open and close profiler ranges
+(tested: same loss with and without).
 
 Output under <out>/profile/: trace/ (Chrome trace JSON: TensorBoard's PyTorch profiler plugin and Perfetto
 open it), summary.json and summary.txt.
