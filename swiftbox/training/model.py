@@ -66,21 +66,24 @@ def lora_config(cfg, task_type: str = "CAUSAL_LM"):
                       target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type)
 
 
-def refuse_family(base) -> None:
-    """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
-    model_type, before any weights load."""
+def config_model_type(base) -> str:
+    """The model_type in the config.json of a local model directory ('' when there is none to read)."""
     import json
     from pathlib import Path
 
+    try:
+        return str(json.loads((Path(str(base)) / "config.json").read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def refuse_family(base) -> None:
+    """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
+    model_type, before any weights load."""
     from swiftbox.errors import Unsupported
     from swiftbox.modeling.registry import training_refusal
 
-    config = Path(str(base)) / "config.json"
-    try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
-    except (OSError, ValueError, AttributeError):
-        return
-    reason = training_refusal(str(model_type))
+    reason = training_refusal(config_model_type(base))
     if reason:
         raise Unsupported(reason)
 
@@ -93,6 +96,9 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
                         f"model (method: qlora quantizes on the fly)")
     refuse_family(spec.base)
+    from swiftbox.training.arguments import batching
+
+    packed = batching(cfg, platform, config_model_type(spec.base))[0]   # exit 2 here: packing: true where not exact
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map
@@ -101,10 +107,8 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     # bf16 weights AdamW's small updates round away (on an H100 the quickstart's SFT stalled at 0.53 accuracy
     # where float32 reaches 1.0), and fp16 weights cannot be unscaled at all. Adapters are float32 already (PEFT).
     master = cfg.method == "full" and dtype in ("bfloat16", "float16")
-    from swiftbox.training.arguments import batching
-
     kwargs = dict(dtype=torch_dtype("float32" if master else dtype), trust_remote_code=cfg.trust_remote_code,
-                  use_safetensors=True, attn_implementation=platform.attn_implementation(batching(cfg, platform)[0]))
+                  use_safetensors=True, attn_implementation=platform.attn_implementation(packed))
     device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP
     if device_map is not None:
         kwargs["device_map"] = device_map
