@@ -7,6 +7,11 @@
 Both models see the same token ids (the tokenizer of `a`), in float32 logits; per probe position we
 take the cosine similarity of the two logit vectors and |a - b|. The merge step uses the same
 functions to verify a merge before its output is committed.
+
+Like with like (swiftbox/device/dtype_policy.py): both sides compute in ONE dtype - float32 unless `--dtype` says
+otherwise or a side is a 16-bit-kernel export (GPTQ/AWQ/FP8; then both run in that kernel's dtype) - and the result
+carries `relative_diff` (max |Δlogit| / max(1, max |logit|)) and `tolerance`, the relative difference that dtype's
+rounding allows between two equal models (`same_model`: within it).
 """
 from __future__ import annotations
 
@@ -125,32 +130,46 @@ def compare(a, b, mask) -> dict:
     }
 
 
-def _load(ref: str, platform, dtype: str, trust_remote_code: bool):
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+def _load(spec, platform, dtype: str, trust_remote_code: bool):
+    from swiftbox.modeling.loading import load_model, load_tokenizer
 
-    spec = resolve_spec(ref)
     model = load_model(spec, platform, dtype, trust_remote_code=trust_remote_code)
     return model, load_tokenizer(spec, trust_remote_code)
+
+
+def same_model_figures(logits_a, result: dict, dtype: str) -> dict:
+    """`relative_diff`, the dtype's `tolerance` for it and whether the two sides are the same model within it."""
+    import math
+
+    from swiftbox.device.dtype_policy import relative_tolerance
+
+    scale = max(1.0, float(logits_a.abs().max()))
+    relative = result["max_abs_diff"] / scale if math.isfinite(scale) else float("nan")
+    tolerance = relative_tolerance(dtype)
+    return {"relative_diff": relative, "tolerance": tolerance, "same_model": bool(relative <= tolerance)}
 
 
 def parity(a: str, b: str, probe: Union[None, str, Path, Sequence] = None, *, device: Optional[str] = None,
            dtype: str = "auto", max_length: int = 256, trust_remote_code: bool = False) -> dict:
     """Compare the logits of model references `a` and `b` on `probe` (a file, a list of prompts or
     message lists, or None for the built-in probe). Returns the figures of `compare` plus the refs."""
-    from swiftbox.device import current_platform
+    from swiftbox.device import current_platform, dtype_policy
+    from swiftbox.modeling.loading import resolve_spec
 
     platform = current_platform(device)
-    dt = platform.resolve_dtype(dtype)
+    spec_a, spec_b = resolve_spec(a), resolve_spec(b)
+    dt = dtype_policy.same_model_check(platform, dtype, (spec_a.quantized, spec_b.quantized))
     items = default_probe() if probe is None else (read_probe(probe) if isinstance(probe, (str, Path)) else list(probe))
     if not items:
         raise UserError("parity: the probe set is empty")
-    model_a, tok = _load(a, platform, dt, trust_remote_code)
+    model_a, tok = _load(spec_a, platform, dt, trust_remote_code)
     batch = encode(tok, render(tok, items), max_length)
     logits_a = logits_on(model_a, batch)
     del model_a
-    model_b, _ = _load(b, platform, dt, trust_remote_code)
+    model_b, _ = _load(spec_b, platform, dt, trust_remote_code)
     logits_b = logits_on(model_b, batch)
     result = compare(logits_a, logits_b, batch["attention_mask"])
+    result.update(same_model_figures(logits_a, result, dt))
     return {"a": a, "b": b, "prompts": len(items), "dtype": dt, "device": platform.name, **result}
 
 
@@ -175,8 +194,10 @@ def print_table(result: dict, broken: list[str]) -> None:
     table.add_column("value", justify="right")
     table.add_row("a", str(result["a"]))
     table.add_row("b", str(result["b"]))
-    for key in ("cosine_min", "cosine_mean", "max_abs_diff", "mean_abs_diff", "argmax_agreement"):
+    for key in ("cosine_min", "cosine_mean", "max_abs_diff", "mean_abs_diff", "argmax_agreement", "relative_diff"):
         table.add_row(key, f"{result[key]:.6g}")
+    table.add_row("same model", f"{'yes' if result['same_model'] else 'no'} (relative_diff <= {result['tolerance']:g} "
+                                f"in {result['dtype']})")
     table.add_row("verdict", "FAIL: " + "; ".join(broken) if broken else "ok")
     console().print(table)
 

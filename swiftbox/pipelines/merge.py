@@ -6,6 +6,10 @@ merge in order, each onto the result of the ones before it. Every merge is verif
 base+adapter (unmerged) vs merged in memory, and the saved output reloaded from disk vs base+adapters;
 the largest |Δlogit| is recorded as `max_abs_logit_diff` and a merge past the tolerance fails, so no
 silently wrong output is ever committed.
+
+Dtypes follow the one policy (swiftbox/device/dtype_policy.py): computed and checked in float32, saved in the
+source model's dtype; the on-disk check allows the rounding of that save dtype. An explicit `dtype:` computes,
+checks and saves in it.
 """
 from __future__ import annotations
 
@@ -19,8 +23,6 @@ from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import MergeStep
-
-TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 
 
 def adapter_chain(refs: list[str], base: str | None):
@@ -70,15 +72,17 @@ def _quantized(path: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
-    """auto: the compute dtype the (last) adapter was trained in, where the platform has it; else the platform's."""
-    if cfg.dtype != "auto":
-        return ctx.dtype(cfg.dtype)
-    for adapter in reversed(adapters):
-        trained = (read_manifest(adapter) or {}).get("dtype")
-        if trained in TOLERANCE and (trained != "bfloat16" or ctx.platform.bf16_supported()):
-            return trained
-    return ctx.dtype("auto")
+def dtype_plan(cfg: MergeStep, ctx: StepContext):
+    """The merge's dtypes from the one policy: float32 compute and check, the source model's dtype on disk."""
+    from swiftbox.device import dtype_policy
+
+    source = "float32"
+    try:
+        spec, _ = adapter_chain(list(cfg.adapters or [ctx.input]), cfg.base)
+        source = dtype_policy.source_dtype(spec.base)
+    except SwiftboxError:
+        pass  # run() refuses the same input with its own message
+    return dtype_policy.merge(ctx.platform, cfg.dtype, source)
 
 
 def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
@@ -89,10 +93,15 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     from peft import PeftModel
 
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer
+    from swiftbox.device import dtype_policy
+    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer, torch_dtype
 
-    dtype = merge_dtype(cfg, ctx, adapters)
-    tolerance = cfg.tolerance or TOLERANCE[dtype]
+    plan = dtype_policy.merge(ctx.platform, cfg.dtype, dtype_policy.source_dtype(spec.base))
+    dtype = plan.compute
+    tolerance = cfg.tolerance or dtype_policy.relative_tolerance(dtype)
+    # the saved file may round what was merged (float32 -> a bf16 source's dtype): that check allows the rounding
+    disk_dtype = dtype_policy.least_precise(dtype, plan.save)
+    disk_tolerance = cfg.tolerance or dtype_policy.relative_tolerance(disk_dtype)
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     items = P.read_probe(cfg.probe) if cfg.probe else P.default_probe()
     batch = P.encode(tokenizer, P.render(tokenizer, items))
@@ -110,13 +119,16 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         model = model.merge_and_unload()
         stages.append({"adapter": str(adapter), **P.compare(reference, P.logits_on(model, batch), mask)})
 
+    if plan.save and plan.save != dtype:
+        model.to(torch_dtype(plan.save))
     model.save_pretrained(ctx.work_dir, max_shard_size=cfg.max_shard_size)
     tokenizer.save_pretrained(ctx.work_dir)
     del model
     gc.collect()
     ctx.platform.empty_cache()
 
-    # the output as the next step will see it, against base+adapters computed before any merge of the last one
+    # the output as the next step will see it (computed in the same dtype), against base+adapters computed before
+    # any merge of the last one
     reloaded = load_model(ModelSpec(base=Path(ctx.work_dir), base_ref=str(ctx.output)), ctx.platform, dtype)
     on_disk = P.compare(reference, P.logits_on(reloaded, batch), mask)
     del reloaded
@@ -129,10 +141,13 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
                             "nothing was written")
     scale = max(1.0, top)
     effect = P.compare(base_logits, reference, mask)
-    if not worst / scale <= tolerance:  # NaN-safe: a NaN difference fails
-        raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
-                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was "
-                            "written")
+    for what, figures, tol, in_dtype in [*((f"the merged model (adapter {i + 1})", s, tolerance, dtype)
+                                           for i, s in enumerate(stages)),
+                                         (f"the saved {plan.save} output", on_disk, disk_tolerance, disk_dtype)]:
+        if not figures["max_abs_diff"] / scale <= tol:  # NaN-safe: a NaN difference fails
+            raise SwiftboxError(f"merge: verification failed: max |Δlogit| {figures['max_abs_diff']:.3g} between "
+                                f"base+adapter and {what} exceeds the tolerance {tol:g} (x {scale:.3g}) in "
+                                f"{in_dtype}; nothing was written")
     methods = [(read_manifest(a) or {}).get("method") or _peft_type(a) for a in adapters]
     metrics = {
         "max_abs_logit_diff": worst,
@@ -146,8 +161,8 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         "seconds": round(time.time() - started, 3),
     }
     info = {"artifact": "model", "merged_from": [str(a) for a in adapters], "base_model": spec.base_ref,
-            "methods": methods, "dtype": dtype, "datasets": _datasets(adapters), "merge_stages": stages,
-            "tolerance": tolerance}
+            "methods": methods, "dtype": dtype, "save_dtype": plan.save, "datasets": _datasets(adapters),
+            "merge_stages": stages, "tolerance": tolerance, "disk_tolerance": disk_tolerance}
     return StepResult(metrics=metrics, info=info)
 
 
@@ -173,4 +188,4 @@ def _datasets(adapters: list[Path]) -> list[str]:
     return out
 
 
-PIPELINE = declare("merge", MergeStep, produces_model=True, run=run)
+PIPELINE = declare("merge", MergeStep, produces_model=True, run=run, dtypes=dtype_plan)
