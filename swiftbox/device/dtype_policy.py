@@ -5,8 +5,9 @@ Every pipeline asks here instead of deciding for itself; docs/devices.md has the
 - **compute** (training, eval, serve, chat): the platform's default (`platform.resolve_dtype("auto")`: CPU bf16 only
   where bf16 is native - AMX / AVX512_BF16 / Arm BF16, or SWIFTBOX_CPU_BF16=on - else fp32; CUDA/NPU bf16, else
   fp16), or what the step asks for.
-- **merge** computes in float32 (folding B@A into W and checking it are exact only there) and saves in the source
-  model's own dtype (a bf16 release stays bf16, a float32 one float32); an explicit `dtype:` computes and saves in it.
+- **merge** computes and checks in float32 (folding B@A into W and checking it are exact only there) and saves in the
+  source model's own dtype (a bf16 release stays bf16, a float32 one float32) or the step's `dtype:`; the saved file is
+  checked against the merged weights rounded to that dtype, so the rounding is reported, never mistaken for a fault.
 - **full fine-tuning** keeps float32 master weights under 16-bit autocast and saves them in the compute dtype;
   adapters are saved in float32 (PEFT keeps them so).
 - **quantize**: the export computes in its kernels' dtype (GPTQ/AWQ/FP8: 16-bit), and its quality gate measures the
@@ -108,11 +109,9 @@ def training(platform: Platform, requested: Optional[str], *, full: bool) -> Dty
 
 
 def merge(platform: Platform, requested: Optional[str], source: str) -> DtypePlan:
-    """auto: compute and check in float32, save in the source model's dtype; an explicit dtype: all three in it."""
-    if requested not in (None, "", "auto"):
-        dt = platform.resolve_dtype(requested)
-        return DtypePlan(dt, save=dt, check=dt)
-    return DtypePlan(MERGE_COMPUTE, save=source, check=MERGE_COMPUTE)
+    """Merged and checked in float32, saved in the source model's dtype - or in `requested` (the step's `dtype:`)."""
+    save = platform.resolve_dtype(requested) if requested not in (None, "", "auto") else source
+    return DtypePlan(MERGE_COMPUTE, save=save, check=MERGE_COMPUTE)
 
 
 def quantize(platform: Platform, requested: Optional[str], *, sixteen_bit: bool) -> DtypePlan:
@@ -141,7 +140,27 @@ def same_model_check(platform: Platform, requested: Optional[str], quantized: tu
     return dt
 
 
+def policy_rows(platform: Platform) -> list[dict[str, Any]]:
+    """The policy on `platform` as rows (doctor prints them; docs/devices.md has the table for every device)."""
+    default = compute(platform)
+    kernel = kernel_dtype(platform, default)
+    rows = [
+        ("sft / dpo / kto / orpo / simpo / grpo / rm (LoRA, DoRA)", training(platform, None, full=False)),
+        ("the same, method: full", training(platform, None, full=True)),
+        ("qlora", DtypePlan(default, save="float32", note="4-bit NF4 base, adapter weights")),
+        ("eval / serve / chat", DtypePlan(default)),
+        ("merge", merge(platform, None, "the source model's dtype")),
+        ("quantize gptq / awq / fp8", quantize(platform, None, sixteen_bit=True)),
+        ("quantize bnb", quantize(platform, None, sixteen_bit=False)),
+        ("parity, verify links (unquantized sides)", DtypePlan(same_model_check(platform, None),
+                                                               check=same_model_check(platform, None))),
+        ("parity, verify links to a gptq / awq / fp8 export", DtypePlan(kernel, check=kernel)),
+    ]
+    return [{"step": step, **plan.as_dict()} for step, plan in rows]
+
+
 __all__ = [
     "DtypePlan", "RELATIVE_TOLERANCE", "UNIT_ROUNDOFF", "compute", "kernel_dtype", "least_precise", "logit_tolerance",
-    "merge", "model_compute", "quantize", "relative_tolerance", "same_model_check", "source_dtype", "training",
+    "merge", "model_compute", "policy_rows", "quantize", "relative_tolerance", "same_model_check", "source_dtype",
+    "training",
 ]
