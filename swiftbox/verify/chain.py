@@ -84,12 +84,29 @@ def link_dtype(a: Node, b: Node, platform, requested: str) -> str:
     return dtype_policy.same_model_check(platform, requested, (a.quantized, b.quantized))
 
 
-def tolerance_dtype(b: Node, check: str) -> str:
-    """What a link's tolerance is scaled for: its compute dtype, or the dtype `b` was saved in where that is coarser
-    (a merge saved in a bf16 source's dtype holds the merged weights rounded to bf16)."""
+def stored_dtype(node: Node) -> str | None:
     from swiftbox.device import dtype_policy
 
-    return dtype_policy.least_precise(check, dtype_policy.source_dtype(b.ref) if Path(b.ref).is_dir() else None)
+    return dtype_policy.source_dtype(node.ref) if Path(node.ref).is_dir() else None
+
+
+def link_keys(a: Node, b: Node, platform, requested: str) -> tuple[str, str]:
+    """Which measurement of each side a link compares. base+adapter -> a merged model saved in a coarser dtype (a bf16
+    source stays bf16): base+adapter merged in float32 and rounded to that dtype, computed in float32 - the merged
+    model as it should be on disk - so the link is exact, like with like, and the rounding is reported apart."""
+    dt = link_dtype(a, b, platform, requested)
+    stored = stored_dtype(b)
+    if a.label == "base+adapter" and b.label == "merged" and dt == "float32" and stored not in (None, "float32"):
+        return f"{dt}>{stored}", dt
+    return dt, dt
+
+
+def tolerance_dtype(b: Node, check: str, exact: bool) -> str:
+    """What a link's tolerance is scaled for: its compute dtype, or - where the link does not model it - the dtype `b`
+    was saved in when that is coarser."""
+    from swiftbox.device import dtype_policy
+
+    return check if exact else dtype_policy.least_precise(check, stored_dtype(b))
 
 
 def served_dtype(node: Node, platform, requested: str) -> str:
@@ -106,9 +123,9 @@ def plan_dtypes(nodes: list[Node], platform, requested: str) -> list[set[str]]:
         node.quantized = resolve_spec(node.ref).quantized
     need: list[set[str]] = [set() for _ in nodes]
     for i in range(len(nodes) - 1):
-        dt = link_dtype(nodes[i], nodes[i + 1], platform, requested)
-        need[i].add(dt)
-        need[i + 1].add(dt)
+        key_a, key_b = link_keys(nodes[i], nodes[i + 1], platform, requested)
+        need[i] |= {key_a, key_a.split(">")[0]}   # a rounded measurement is reported against the exact one
+        need[i + 1].add(key_b)
     need[-1].add(served_dtype(nodes[-1], platform, requested))
     return need
 
@@ -117,7 +134,7 @@ def measure(nodes: list[Node], platform, requested: str, probe: list) -> None:
     """Logits on the head's token ids and greedy answers, in every dtype a node's links need, one model in memory
     at a time."""
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
     from swiftbox.pipelines.eval import generate
 
     need = plan_dtypes(nodes, platform, requested)
@@ -129,10 +146,13 @@ def measure(nodes: list[Node], platform, requested: str, probe: list) -> None:
         own = P.encode(tok, P.render(tok, probe))
         node.ids_match_head = own["input_ids"].shape == batch["input_ids"].shape and bool(
             (own["input_ids"] == batch["input_ids"]).all())
-        for dt in sorted(dtypes):
-            model = load_model(spec, platform, dt)
-            node.logits[dt] = P.logits_on(model, batch)
-            node.answers[dt] = generate(model, tok, probe, MAX_NEW_TOKENS, 1)
+        for key in sorted(dtypes):
+            dt, _, rounded = key.partition(">")
+            model = load_model(spec, platform, dt, merge_adapters=bool(rounded))
+            if rounded:   # the merged weights as a file in `rounded` holds them, computed in `dt`
+                model.to(torch_dtype(rounded)).to(torch_dtype(dt))
+            node.logits[key] = P.logits_on(model, batch)
+            node.answers[key] = generate(model, tok, probe, MAX_NEW_TOKENS, 1)
             del model
             gc.collect()
     nodes[0].batch_mask = batch["attention_mask"]  # type: ignore[attr-defined]
@@ -149,27 +169,31 @@ def check_links(report: Report, nodes: list[Node], platform, requested: str) -> 
     mask = nodes[0].batch_mask  # type: ignore[attr-defined]
     for a, b in pairwise(nodes):
         name = f"{a.label} -> {b.label}"
-        dt = link_dtype(a, b, platform, requested)
-        tol_dtype = tolerance_dtype(b, dt)
+        key_a, dt = link_keys(a, b, platform, requested)
+        tol_dtype = tolerance_dtype(b, dt, exact=key_a != dt)
         kind = link_type(a, b, tol_dtype)
         if not b.ids_match_head:
             report.add("parity", name, False, f"{b.label} ({b.ref}) has a different tokenizer: the probe encodes to "
                        f"other token ids than {nodes[0].label}'s; copy the right tokenizer files into it")
             continue
-        la, lb = a.logits[dt], b.logits[dt]
+        la, lb = a.logits[key_a], b.logits[dt]
         if la.shape[-1] != lb.shape[-1]:
             report.add("parity", name, False, f"vocabulary sizes differ ({la.shape[-1]} vs {lb.shape[-1]})")
             continue
         fig = P.compare(la, lb, mask)
         scale = max(1.0, float(la.abs().max()))
         fig["relative_diff"] = fig["max_abs_diff"] / scale
-        fig["greedy_agreement"] = agreement(a.answers[dt], b.answers[dt])
+        fig["greedy_agreement"] = agreement(a.answers[key_a], b.answers[dt])
         limits = dict(LINK_LIMITS[kind])
         if kind.startswith("merge"):
             limits["max_relative_diff"] = dtype_policy.relative_tolerance(tol_dtype)
         ok, text = gate(fig, limits, kind)
-        saved = f", {tol_dtype} tolerance" if tol_dtype != dt else ""
-        report.add("parity", name, ok, f"{text}; both in {dt}{saved}")
+        text += f"; both in {dt}" + (f", {tol_dtype} tolerance" if tol_dtype != dt else "")
+        if key_a != dt:   # what storing the merge in its dtype costs against base+adapter unrounded (not gated)
+            rounding = P.compare(a.logits[dt], lb, mask)["max_abs_diff"] / max(1.0, float(a.logits[dt].abs().max()))
+            text += f" (merged in float32 and rounded to {key_a.split('>')[1]} as saved; the rounding itself: " \
+                    f"relative {rounding:.3g})"
+        report.add("parity", name, ok, text)
 
 
 def gate(fig: dict, limits: dict, kind: str) -> tuple[bool, str]:
