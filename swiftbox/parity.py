@@ -110,6 +110,16 @@ def logits_on(model, batch, chunk: int = 8):
     return torch.cat(outs)
 
 
+def round_weights(model, dtype: str) -> None:
+    """Round `model`'s parameters to `dtype` in place, keeping their own dtype: the weights as a file saved in `dtype`
+    holds them. Buffers (rotary frequencies, recomputed at load) are left alone, as loading leaves them."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(param.to(getattr(torch, dtype)))
+
+
 def compare(a, b, mask) -> dict:
     """Cosine similarity and |Δ| between two logit tensors [batch, seq, vocab] at unmasked positions."""
     import torch
@@ -229,7 +239,8 @@ def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     return 1 if broken else 0
 
 
-__all__ = ["parity", "parity_cli", "compare", "default_probe", "read_probe", "render", "encode", "logits_on", "check"]
+__all__ = ["parity", "parity_cli", "compare", "default_probe", "read_probe", "render", "encode", "logits_on", "check",
+           "round_weights"]
 
 
 class _CallableModule(types.ModuleType):

@@ -119,11 +119,12 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         stored = P.logits_on(model, batch)
         stages.append({"adapter": str(adapter), **P.compare(reference, stored, mask)})
 
+    merged = stored
     if save != dtype:   # the weights as the file will hold them (rounded to the save dtype), still computed in float32
-        model.to(torch_dtype(save)).to(torch_dtype(dtype))
+        P.round_weights(model, save)
         stored = P.logits_on(model, batch)
         model.to(torch_dtype(save))
-    rounding = P.compare(reference, stored, mask)    # what the save dtype's rounding costs: reported, not a fault
+    rounding = P.compare(merged, stored, mask)    # what rounding to the save dtype changes: reported, not a fault
     model.save_pretrained(ctx.work_dir, max_shard_size=cfg.max_shard_size)
     tokenizer.save_pretrained(ctx.work_dir)
     del model
@@ -158,7 +159,7 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         "relative_logit_diff": worst / scale,
         "cosine_min": min([s["cosine_min"] for s in stages] + [on_disk["cosine_min"]]),
         "argmax_agreement": rounding["argmax_agreement"],
-        "save_rounding_max_abs": rounding["max_abs_diff"],  # base+adapter vs the weights rounded to the save dtype
+        "save_rounding_max_abs": rounding["max_abs_diff"],  # the merged weights vs them rounded to the save dtype
         "save_rounding_relative": rounding["max_abs_diff"] / scale,
         "adapter_effect_max_abs": effect["max_abs_diff"],  # how far the adapters move the base: > 0 or nothing merged
         "adapters": len(adapters),

@@ -134,7 +134,7 @@ def measure(nodes: list[Node], platform, requested: str, probe: list) -> None:
     """Logits on the head's token ids and greedy answers, in every dtype a node's links need, one model in memory
     at a time."""
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
     from swiftbox.pipelines.eval import generate
 
     need = plan_dtypes(nodes, platform, requested)
@@ -150,7 +150,7 @@ def measure(nodes: list[Node], platform, requested: str, probe: list) -> None:
             dt, _, rounded = key.partition(">")
             model = load_model(spec, platform, dt, merge_adapters=bool(rounded))
             if rounded:   # the merged weights as a file in `rounded` holds them, computed in `dt`
-                model.to(torch_dtype(rounded)).to(torch_dtype(dt))
+                P.round_weights(model, rounded)
             node.logits[key] = P.logits_on(model, batch)
             node.answers[key] = generate(model, tok, probe, MAX_NEW_TOKENS, 1)
             del model
