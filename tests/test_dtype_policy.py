@@ -148,6 +148,27 @@ def test_merge_is_exact_in_any_cpu_kind_and_a_planted_fault_fails(tmp_path, faul
 
 
 @pytest.mark.dtype
+def test_an_adapter_trained_in_the_platform_dtype_merges_exactly(tmp_path, capsys):
+    """The user's path on a bf16-native CPU: SFT computes in the platform's dtype (bf16 with SWIFTBOX_CPU_BF16=on),
+    the merge after it still computes and checks in fp32 (it used to follow the adapter into bf16 and refuse a correct
+    merge), and the step headers say so."""
+    from swiftbox.device import current_platform
+    from swiftbox.runner import run_recipe
+    from tests.adapters import PARITY_SFT
+
+    summary = run_recipe({"name": "r", "model": "toy", "steps": [
+        {"sft": {"dataset": PARITY_SFT + "#32", "max_steps": 2, "batch_size": 8, "save_steps": 100}},
+        {"merge": {}}]}, runs_root=tmp_path)
+    sft, merge = summary["steps"]
+    trained = current_platform().default_dtype()
+    assert json.loads((tmp_path / "r" / "sft" / "swiftbox.json").read_text())["dtype"] == trained
+    assert merge["metrics"]["relative_logit_diff"] <= 1e-4
+    err = capsys.readouterr().err
+    assert f"sft <- toy  (device cpu; compute {trained}, save float32; adapter weights)" in err
+    assert "merge <- " in err and "compute float32, save float32, check float32" in err
+
+
+@pytest.mark.dtype
 def test_a_bf16_source_merges_in_fp32_saves_bf16_and_verifies(bf16_source, tmp_path, faulty_merge):
     """A bf16 source is merged and checked in fp32 and saved in bf16: the file is checked against the merged weights
     rounded to bf16 (exact), the rounding is reported; verify's merge link models the rounding the same way, so it

@@ -200,6 +200,7 @@ def test_group_size_is_fitted_to_layer_widths(toy_dir):
     assert fit_group_size(-1, {100}) == (-1, None)
 
 
+@pytest.mark.dtype
 def test_bnb_load_configs(toy_dir):
     import torch
 
@@ -282,7 +283,8 @@ def test_awq_export_loads_with_from_pretrained_and_reports_accuracy(tmp_path):
     _loads_quantized(out, "Awq")
 
 
-@pytest.mark.parametrize("bits,layer", [(4, "Linear4bit"), pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("bits,layer", [pytest.param(4, "Linear4bit", marks=pytest.mark.dtype),
+                                        pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
 def test_bnb_export_is_saved_so_plain_from_pretrained_loads_it(tmp_path, bits, layer):
     import swiftbox as sb
 

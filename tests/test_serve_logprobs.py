@@ -92,7 +92,6 @@ def test_n_choices_share_the_prompts_prefill(client, live):
     assert [c.message.content for c in r.choices] == alone
 
 
-@pytest.mark.dtype
 def test_bf16_engine_logprobs_equal_its_own_forward_pass(tmp_path):
     """Like with like on an engine computing in bf16 (what a bf16-native CPU serves in): the logprobs equal a direct
     bf16 forward pass of the same model within the policy's bf16 tolerance per token (KV-cache decoding and one
