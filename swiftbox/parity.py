@@ -3,6 +3,7 @@
     import swiftbox as sb
     sb.parity("runs/quickstart/dpo", "runs/quickstart/merge")          # adapter vs merged
     ./launch.sh parity runs/q/merge runs/q/quantize --min-cosine 0.99   # fp vs GPTQ, exit 1 below
+    ./launch.sh parity runs/q/dpo runs/q/merge --same-model              # exit 1 past the dtype's tolerance
 
 Both models see the same token ids (the tokenizer of `a`), in float32 logits; per probe position we
 take the cosine similarity of the two logit vectors and |a - b|. The merge step uses the same
@@ -183,9 +184,14 @@ def parity(a: str, b: str, probe: Union[None, str, Path, Sequence] = None, *, de
     return {"a": a, "b": b, "prompts": len(items), "dtype": dt, "device": platform.name, **result}
 
 
-def check(result: dict, max_diff: Optional[float] = None, min_cosine: Optional[float] = None) -> list[str]:
-    """The thresholds `result` breaks, as lines (empty = within bounds)."""
+def check(result: dict, max_diff: Optional[float] = None, min_cosine: Optional[float] = None,
+          same_model: bool = False) -> list[str]:
+    """The thresholds `result` breaks, as lines (empty = within bounds). `same_model`: also the dtype's own
+    tolerance on relative_diff (dtype_policy.relative_tolerance)."""
     broken = []
+    if same_model and not result["same_model"]:
+        broken.append(f"relative_diff {result['relative_diff']:.4g} > {result['tolerance']:g} (the same-model "
+                      f"tolerance in {result['dtype']})")
     if max_diff is not None and not result["max_abs_diff"] <= max_diff:      # NaN-safe: NaN breaks the bound
         broken.append(f"max |Δlogit| {result['max_abs_diff']:.4g} > {max_diff:g}")
     if min_cosine is not None and not result["cosine_min"] >= min_cosine:
@@ -223,7 +229,10 @@ def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     parser.add_argument("--max-diff", type=float, default=None, help="fail (exit 1) when max |Δlogit| exceeds this")
     parser.add_argument("--min-cosine", type=float, default=None, help="fail (exit 1) when a position's cosine is "
                                                                        "below")
-    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES])
+    parser.add_argument("--same-model", action="store_true", help="fail (exit 1) unless the two are the same model "
+                        "within the dtype's tolerance (relative |Δlogit| 1e-4 in float32, 5e-2 in 16-bit)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES],
+                        help="both sides compute in it; auto: float32 (a GPTQ/AWQ/FP8 side: its kernel dtype)")
     parser.add_argument("--device", default=None, help=" | ".join(DEVICE_CHOICES))
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--trust-remote-code", action="store_true")
@@ -231,7 +240,7 @@ def parity_cli(a: str, b: str, extra_args: Sequence[str]) -> int:
     args = parser.parse_args([x for x in extra_args if x != "--"])
     result = parity(a, b, args.probe, device=args.device, dtype=args.dtype, max_length=args.max_length,
                     trust_remote_code=args.trust_remote_code)
-    broken = check(result, args.max_diff, args.min_cosine)
+    broken = check(result, args.max_diff, args.min_cosine, args.same_model)
     if args.json:
         print(json.dumps({**result, "ok": not broken, "broken": broken}))
     else:

@@ -224,6 +224,11 @@ def test_parity_is_like_with_like_and_catches_a_planted_fault(tmp_path, dtype):
     bad = planted_copy(shared_merged(), tmp_path / "planted", LARGE)
     apart = sb.parity(str(shared_adapter("lora")), str(bad), dtype=dtype)
     assert not apart["same_model"] and apart["relative_diff"] > apart["tolerance"]
+    if dtype == "auto":   # ./launch.sh parity --same-model: exit 1 on the fault, 0 on the correct merge
+        from swiftbox.parity import parity_cli
+
+        assert parity_cli(str(shared_adapter("lora")), str(bad), ["--same-model", "--json"]) == 1
+        assert parity_cli(str(shared_adapter("lora")), str(shared_merged()), ["--same-model", "--json"]) == 0
 
 
 # -- chat one-shots follow the model's generation config ------------------------------------------------------------
