@@ -121,11 +121,16 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
                           owned=cfg.output is None)
     ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "", work_dir=work,
                       output=output, platform=platform, header_devices=recipe.header.devices)
+    plan = pipeline.dtype_plan(cfg, ctx)           # the one dtype policy (swiftbox/device/dtype_policy.py)
     if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
-        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
+        dtypes = f"; {plan.describe()}" if plan is not None else ""
+        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{dtypes})")
     started = time.time()
     result = pipeline.execute(cfg, ctx)
-    write_json_atomic(work / MANIFEST, _manifest(recipe, step, ctx, result, started))
+    manifest = _manifest(recipe, step, ctx, result, started)
+    if plan is not None:
+        manifest.setdefault("dtype_plan", plan.as_dict())
+    write_json_atomic(work / MANIFEST, manifest)
     commit_output(work, output)
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")

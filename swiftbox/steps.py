@@ -374,13 +374,13 @@ class MergeStep(StepBase):
 
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the "
-                                             "platform's")
+    dtype: Dtype = Field("auto", description="dtype the merged weights are saved in; auto = the base model's own. "
+                                             "The merge is computed and checked in float32 whatever this says")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
     tolerance: Optional[float] = Field(None, gt=0, le=1e6,
                                        description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
-                                       "this; default 1e-4 in float32, 5e-2 in 16-bit")
+                                       "this; default 1e-4 (the merge is checked in float32)")
 
     @field_validator("max_shard_size")
     @classmethod
@@ -529,7 +529,8 @@ class ChatStep(StepBase):
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
     max_tokens: int = Field(256, ge=1, le=1_000_000)
-    temperature: float = Field(0.7, ge=0, le=2)
+    temperature: Optional[float] = Field(None, ge=0, le=2, description="default: the model's generation_config "
+                                         "(its sampling settings), greedy (0) where it has none")
     api_key: Optional[str] = None
     adapters: Optional[dict[str, str]] = None
     dtype: Dtype = "auto"

@@ -84,6 +84,7 @@ def test_cpu_defaults(monkeypatch):
     from swiftbox.device import cpu as cpu_module
 
     monkeypatch.setattr(cpu_module, "native_bf16_flags", lambda flags=None: [])
+    monkeypatch.setenv("SWIFTBOX_CPU_BF16", "auto")
     cpu = CpuPlatform()
     assert cpu.default_dtype() == "float32"
     assert cpu.training_args("float32")["use_cpu"] is True
@@ -141,6 +142,8 @@ GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd bf16 sve\n"
 def test_native_bf16_is_read_from_cpu_flags(monkeypatch):
     """bf16 becomes the CPU default only with a native bf16 matmul unit (AMX / AVX512-BF16)."""
     from swiftbox.device import cpu as cpu_module
+
+    monkeypatch.setenv("SWIFTBOX_CPU_BF16", "auto")
 
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(AMD_EPYC_AVX2)) == []
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(SAPPHIRE_RAPIDS)) == ["amx_bf16", "avx512_bf16"]

@@ -13,7 +13,7 @@ import pytest
 from swiftbox.errors import Unsupported, UserError
 from tests.adapters import one_line_error, shared_adapter, shared_merged
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.dtype]   # also run as on a bf16-native CPU
 
 
 @pytest.fixture(scope="module")

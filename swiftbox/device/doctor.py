@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 from swiftbox.device.base import Platform
+from swiftbox.device.cpu import BF16_ENV, bf16_mode
+from swiftbox.device.dtype_policy import policy_rows
 from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
@@ -47,6 +49,8 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "device_count": count,
         "devices": devices,
         "dtype": platform.default_dtype(),
+        "cpu_bf16": bf16_mode(),
+        "dtype_policy": policy_rows(platform),
         "dist_backend": platform.dist_backend,
         "capabilities": platform.capability_matrix(),
         "versions": {k: v or ("not found" if k == "cann" else "not installed")
@@ -56,7 +60,7 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "compatibility": [f.as_dict() for f in findings],
         "compatible": not any(f.status == "error" for f in findings),
         "lock": lock_report(platform.name),
-        "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
+        "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE", BF16_ENV,
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
     if "npu" in broken_backends():
@@ -111,6 +115,14 @@ def doctor(as_json: bool = False, device: str | None = None, versions: dict | No
     for feature, status in info["capabilities"].items():
         caps.add_row(feature, escape(status))
     console.print(caps)
+    policy = Table(title=f"dtype policy (swiftbox/device/dtype_policy.py; {BF16_ENV}={info['cpu_bf16']})",
+                   title_justify="left")
+    for col in ("step", "compute", "save", "check (relative |Δlogit| tolerance)"):
+        policy.add_column(col)
+    for row in info["dtype_policy"]:
+        checked = f"{row['check']} ({row['tolerance']:g})" if row["check"] else "-"
+        policy.add_row(escape(row["step"]), row["compute"], escape(row["save"] or "-"), checked)
+    console.print(policy)
     libs = Table(title="libraries", title_justify="left")
     libs.add_column("package")
     libs.add_column("version")

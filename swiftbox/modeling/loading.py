@@ -178,10 +178,11 @@ def gptq_any_shape_config(path: Path):
 
 
 def gptq_dtype(platform, dtype: str) -> str:
-    """GPTQ/AWQ/FP8 kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
-    if dtype != "float32":
-        return dtype
-    return "bfloat16" if platform.bf16_supported() else "float16"
+    """GPTQ/AWQ/FP8 kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported
+    (the rule lives in swiftbox/device/dtype_policy.py)."""
+    from swiftbox.device.dtype_policy import kernel_dtype
+
+    return kernel_dtype(platform, dtype)
 
 
 def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):

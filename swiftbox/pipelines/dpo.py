@@ -18,7 +18,7 @@ from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, reference, run_preference
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
@@ -60,4 +60,4 @@ def build(cfg: DpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": reference("dpo", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

@@ -14,7 +14,7 @@ from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import KtoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, reference, run_preference
 
 
@@ -44,4 +44,4 @@ def build(cfg: KtoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": reference("kto", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from swiftbox.compat import trl_experimental, trl_experimental_as_given
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import OrpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference
 
 
@@ -28,4 +28,4 @@ def build(cfg: OrpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": "none (ORPO)"}
 
 
-PIPELINE = declare("orpo", OrpoStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("orpo", OrpoStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)

@@ -16,7 +16,7 @@ from swiftbox.compat import trl_scores_label_positions_only
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SftStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 
 
 def run(cfg: SftStep, ctx: StepContext) -> StepResult:
@@ -124,4 +124,4 @@ def _tokens_at_start(trainer) -> int:
     return 0
 
 
-PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)

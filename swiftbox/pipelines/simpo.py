@@ -10,7 +10,7 @@ from __future__ import annotations
 from swiftbox.compat import trl_experimental, trl_experimental_as_given
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SimpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference
 
 
@@ -29,4 +29,4 @@ def build(cfg: SimpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": "none (SimPO)"}
 
 
-PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)

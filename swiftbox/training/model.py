@@ -38,6 +38,14 @@ class TrainModel:
     save_dtype: Optional[str] = None   # full fine-tuning: cast the float32 master weights back to this to save
 
 
+def dtype_plan(cfg: TrainBase, ctx):
+    """The training steps' dtypes (swiftbox/device/dtype_policy.py): the platform's compute dtype; adapters saved in
+    float32, full fine-tuning in the compute dtype."""
+    from swiftbox.device import dtype_policy
+
+    return dtype_policy.training(ctx.platform, cfg.dtype, full=cfg.method == "full")
+
+
 def check_training(cfg: TrainBase, platform: Platform) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
     naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""

@@ -63,7 +63,8 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     if not Path(artifact).exists() and artifact != "toy":
         raise UserError(f"verify: {artifact} does not exist; pass a model, adapter, merged or quantized directory")
     platform = platform or current_platform(device)
-    dt = platform.resolve_dtype(dtype)
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"verify --dtype: expected auto, float32, bfloat16 or float16, got {dtype!r}")
     items = list(probe) if probe is not None else P.default_probe()
     report = Report(artifact=artifact, engine=engine)
     spec = static_checks(report, artifact, engine, platform, items)
@@ -76,8 +77,8 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
         if node_spec is None:
             report.add("parity", f"{node.label} ({node.ref})", False, "cannot be loaded (run verify on it for why)")
             return report
-    chain.measure(nodes, platform, dt, items)
-    chain.check_links(report, nodes, dt)
+    chain.measure(nodes, platform, dtype, items)
+    chain.check_links(report, nodes, platform, dtype)
     if not serve:
         report.add("parity", "served", None, "skipped (--no-serve)")
     elif engine == "vllm" and platform.why_not("vllm") is not None:
@@ -88,7 +89,7 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
                    "skipped: the HTTP link is measured with the built-in engine; run verify --engine builtin")
     else:
         with tempfile.TemporaryDirectory(prefix="swiftbox-verify-") as work:
-            chain.check_served(report, nodes[-1], platform, dt, items, Path(work))
+            chain.check_served(report, nodes[-1], platform, dtype, items, Path(work))
     return report
 
 
