@@ -78,8 +78,14 @@ def _settings_from_args(args: argparse.Namespace, schema) -> dict:
         if parts == ["devices"] and isinstance(value, str):
             value = parse_cli_devices(value)     # on the command line a bare number is a count
         node[parts[-1]] = value
-    if getattr(args, "model_pos", None):
-        settings["model"] = args.model_pos
+    positional = getattr(args, "model_pos", None)
+    if isinstance(positional, list):          # eval A B C
+        if positional:
+            settings["model"] = positional[0]
+        if positional[1:]:
+            settings["compare"] = positional[1:] + list(settings.get("compare") or [])
+    elif positional:
+        settings["model"] = positional
     return settings
 
 
@@ -131,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slow", action="store_true", help="only the slow tests")
     p.add_argument("--no-lint", action="store_true", help="skip the lint/type gate (focused runs)")
     p.add_argument("--all", action="store_true", help="fast and slow tests")
+    p.add_argument("--no-bf16-pass", action="store_true",
+                   help="skip the second pass of the dtype-sensitive tests with SWIFTBOX_CPU_BF16=on")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
 
     sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
@@ -168,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         if kind == "verify":  # its own parser above: a table on the terminal, no output directory
             continue
         p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
-        p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
+        if "compare" in schema.model_fields:   # eval A B C: the first is the model, the rest compare: (one table)
+            p.add_argument("model_pos", nargs="*", metavar="MODEL", help="model reference(s); more than one are "
+                           "compared side by side (same as --model and --compare)")
+        else:
+            p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help=DEVICE_HELP)
         _add_schema_flags(p, schema)
     return parser
@@ -213,6 +225,9 @@ def dispatch(args: argparse.Namespace) -> int:
         from menus.main import run_menu
 
         return run_menu()
+    from swiftbox.device.cpu import bf16_mode
+
+    bf16_mode()   # a bad SWIFTBOX_CPU_BF16 is refused (one line, exit 2) by every command, before any work
     from swiftbox.steps import STEP_TYPES
 
     if command in ("run", "quickstart"):
@@ -279,8 +294,13 @@ def run_lint() -> int:
 
 
 def run_tests(args: argparse.Namespace) -> int:
+    """Lint, the suite, then the dtype-sensitive tests (marker `dtype`) again as on a bf16-native CPU
+    (SWIFTBOX_CPU_BF16=on), so a machine that computes in bf16 is never untested; docs/devices.md."""
     import subprocess
 
+    from swiftbox.device.cpu import BF16_ENV, bf16_mode
+
+    mode = bf16_mode()   # a bad SWIFTBOX_CPU_BF16 is one line, exit 2, before anything runs
     if not args.no_lint:
         rc = run_lint()
         if rc != 0:
@@ -288,11 +308,18 @@ def run_tests(args: argparse.Namespace) -> int:
     marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
                                       "not slow and not cuda and not npu and not vllm")
     extra = [a for a in args.pytest_args if a != "--"]
-    cmd = [sys.executable, "-m", "pytest", "-m", marks, *extra]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    rc = subprocess.call(cmd, cwd=ROOT, env=env)
-    return 0 if rc == 5 and args.slow else rc  # no slow tests selected is not a failure
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-m", marks, *extra], cwd=ROOT, env=env)
+    if rc == 5 and args.slow:
+        return 0   # no slow tests selected is not a failure
+    if rc != 0 or args.slow or args.no_bf16_pass or mode == "on":
+        return rc  # with SWIFTBOX_CPU_BF16=on the first pass already was the bf16 one
+    print(f"swiftbox: test: the dtype-sensitive tests again with {BF16_ENV}=on (as on a CPU with native bf16)",
+          file=sys.stderr, flush=True)
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-m", f"dtype and ({marks})", *extra], cwd=ROOT,
+                         env={**env, BF16_ENV: "on"})
+    return 0 if rc == 5 else rc  # pytest args that select no dtype test are not a failure
 
 
 def run_bench(name: str, bench_args: list[str]) -> int:

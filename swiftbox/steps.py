@@ -271,7 +271,7 @@ class GrpoStep(TrainBase):
     @field_validator("rewards")
     @classmethod
     def _reward_specs(cls, value: list[str]) -> list[str]:
-        from swiftbox.training.rewards import parse_spec
+        from swiftbox.reward_spec import parse_spec
 
         if not value:
             raise ValueError("name at least one reward, e.g. [exact]")
@@ -294,15 +294,62 @@ class GrpoStep(TrainBase):
 
 
 class EvalStep(StepBase):
-    """accuracy on a question/answer file and perplexity"""
+    """accuracy on your own question/answer file, perplexity, or standard benchmarks (MMLU, GSM8K, ARC, HellaSwag,
+    IFEval) through lm-evaluation-harness on local files"""
 
     dataset: Optional[str] = Field(None, description="jsonl with questions and reference answers")
     match: Literal["exact", "contains"] = Field("exact", description="how a generated answer is compared")
     perplexity: Optional[str] = Field(None, description="text/jsonl file to measure perplexity on")
     max_new_tokens: int = Field(16, ge=1, le=100_000)
-    limit: Optional[int] = Field(None, ge=1, le=BIG, description="evaluate only the first N rows")
+    limit: Optional[int] = Field(None, ge=1, le=BIG, description="evaluate only the first N rows (benchmarks: per "
+                                 "task)")
     batch_size: int = Field(16, ge=1, le=65536)
     dtype: Dtype = "auto"
+    benchmark: Optional[list[str]] = Field(None, description="standard benchmarks, comma-separated: mmlu, gsm8k, "
+                                           "arc (arc_challenge), arc_easy, hellaswag, ifeval ([eval] extra)")
+    compare: Optional[list[str]] = Field(None, description="benchmarks: more models scored the same way, one table "
+                                         "column each (on the command line: more positional models)")
+    data_dir: Optional[str] = Field(None, description="benchmarks: folder of Hugging Face datasets in their own "
+                                    "layout (DIR/openai/gsm8k/main/test-*.parquet); default: the shipped slices")
+    benchmark_data: Optional[dict[str, str]] = Field(None, description="benchmarks: name=path for one benchmark's "
+                                                     "dataset folder or scored-split file")
+    shots: Optional[int] = Field(None, ge=0, le=64, description="benchmarks: few-shot examples (default: each "
+                                 "task's own)")
+    chat_template: bool = Field(False, description="benchmarks: format prompts with the model's chat template")
+    max_gen_tokens: Optional[int] = Field(None, ge=1, le=100_000, description="benchmarks: cap on generated tokens "
+                                          "per answer (default: each task's own, e.g. gsm8k 256, ifeval 1280)")
+    url: Optional[str] = Field(None, description="benchmarks: score a running OpenAI-compatible server instead of "
+                               "loading the model")
+    api: Literal["chat", "completions"] = Field("chat", description="benchmarks with --url: chat completions "
+                                                "(generation tasks) or completions (also log-likelihood tasks)")
+    api_key: Optional[str] = Field(None, description="benchmarks with --url: the server's API key")
+    served_model: Optional[str] = Field(None, description="benchmarks with --url: the model name to ask for "
+                                        "(default: the server's first)")
+
+    @field_validator("benchmark", mode="before")
+    @classmethod
+    def _benchmarks(cls, value: Any) -> Any:
+        """`--benchmark gsm8k,mmlu` and `[gsm8k, mmlu]` mean the same."""
+        if value is None:
+            return value
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError("expected benchmark names, e.g. gsm8k,mmlu or [gsm8k, mmlu]")
+        items = [value] if isinstance(value, str) else list(value)
+        names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
+        if not names:
+            raise ValueError("name at least one benchmark, e.g. gsm8k,mmlu")
+        from swiftbox.benchmarks.catalog import resolve
+        from swiftbox.errors import UserError
+
+        try:
+            return [b.name for b in resolve(names)]
+        except UserError as exc:
+            raise ValueError(str(exc).removeprefix("benchmark: ")) from None
+
+    @field_validator("benchmark_data", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        return _parse_pairs(value)
 
 
 class DownloadStep(StepBase):
@@ -327,13 +374,13 @@ class MergeStep(StepBase):
 
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the "
-                                             "platform's")
+    dtype: Dtype = Field("auto", description="dtype the merged weights are saved in; auto = the base model's own. "
+                                             "The merge is computed and checked in float32 whatever this says")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
     tolerance: Optional[float] = Field(None, gt=0, le=1e6,
                                        description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
-                                       "this; default 1e-4 in float32, 5e-2 in 16-bit")
+                                       "this; default 1e-4 (the merge is checked in float32)")
 
     @field_validator("max_shard_size")
     @classmethod
@@ -484,7 +531,8 @@ class ChatStep(StepBase):
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
     max_tokens: int = Field(256, ge=1, le=1_000_000)
-    temperature: float = Field(0.7, ge=0, le=2)
+    temperature: Optional[float] = Field(None, ge=0, le=2, description="default: the model's generation_config "
+                                         "(its sampling settings), greedy (0) where it has none")
     api_key: Optional[str] = None
     adapters: Optional[dict[str, str]] = None
     dtype: Dtype = "auto"

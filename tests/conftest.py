@@ -10,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# No test may depend on the CPU it runs on: unless a run forces the answer (SWIFTBOX_CPU_BF16=on|off, as
+# `./launch.sh test`'s bf16 pass does), the CPU platform behaves as one without native bf16 (float32). Tests whose
+# outcome depends on the dtype carry the `dtype` marker and pass under both.
+if os.environ.get("SWIFTBOX_CPU_BF16", "auto").strip().lower() in ("", "auto"):
+    os.environ["SWIFTBOX_CPU_BF16"] = "off"
+
 
 @pytest.fixture(autouse=True)
 def _fresh_platform(monkeypatch):

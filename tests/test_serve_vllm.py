@@ -14,8 +14,9 @@ from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.npu import NpuPlatform
 from swiftbox.errors import Unsupported
-from swiftbox.pipelines.serve import pick_engine
-from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+from swiftbox.serving.launch import pick_engine
+from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+from swiftbox.serving.vllm.plan import plan
 from swiftbox.steps import ServeStep
 
 FAKE = str(Path(__file__).with_name("fake_vllm.py"))
@@ -62,6 +63,22 @@ def test_plan_flags(tmp_path):
     assert _flag(asked.argv, "--max-lora-rank") == "128" and asked.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
+def test_plan_sizes_max_lora_rank_by_rank_pattern_too(tmp_path):
+    """An adapter's rank is its largest one: `r` and every per-module rank in `rank_pattern` (serving/fit.py reads
+    it one way for plan, verify and the runtime-adapter check); vLLM refuses a LoRA above --max-lora-rank."""
+    import json
+
+    from swiftbox.serving.fit import adapter_rank
+
+    folder = tmp_path / "patterned"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "rank_pattern": {"q_proj": 48}}))
+    assert adapter_rank({"r": 8, "rank_pattern": {"q_proj": 48}}) == 48
+    p = plan(ServeStep(engine="vllm", runtime_adapters=False), CudaPlatform(), model_path="/m", base_name="base",
+             loras={"a": str(folder)}, dtype="bfloat16", port=1, executable=["vllm"])
+    assert _flag(p.argv, "--max-lora-rank") == "64" and p.max_lora_rank == 64     # 48 -> vLLM's next size up
+
+
 def test_plan_on_ascend_uses_spawn_and_visible_devices():
     cfg = ServeStep(engine="vllm", devices="4,5,6,7")
     p = plan(cfg, NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16", port=1,
@@ -93,8 +110,8 @@ def test_engine_vllm_on_cpu_exits_3(cli):
 
 def test_front_door_proxies_a_vllm_child(tmp_path):
     """Auth, model check and errors at the front door; answers relayed from the child (stream too)."""
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread, bind
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
 
     probe = bind("127.0.0.1", 0)
     port = probe.getsockname()[1]

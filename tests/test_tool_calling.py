@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from swiftbox.pipelines.serve import toolcalls
+from swiftbox.serving import toolcalls
 from tests.serve_fixtures import KEY, start_server
 
 TEMPLATES = "tests/fixtures/templates/"
@@ -54,7 +54,7 @@ def test_plain_or_malformed_answers_stay_content_and_reasoning_splits():
 def test_vllm_gets_the_presets_parsers():
     from swiftbox.device.cpu import CpuPlatform
     from swiftbox.modeling import registry
-    from swiftbox.pipelines.serve.engine_vllm import plan
+    from swiftbox.serving.vllm.plan import plan
     from swiftbox.steps import ServeStep
 
     def argv(ref):
@@ -71,7 +71,8 @@ def test_vllm_gets_the_presets_parsers():
 
 @pytest.fixture(scope="module")
 def live(toy_dir, tmp_path_factory):
-    server, _names, stop = start_server("toy", work_dir=tmp_path_factory.mktemp("tools"))
+    # room for the tool schemas: the toy's template has no tools, so they come in swiftbox's default tool format
+    server, _names, stop = start_server("toy", max_model_len=1024, work_dir=tmp_path_factory.mktemp("tools"))
     yield server
     stop()
 

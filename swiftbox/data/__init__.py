@@ -7,6 +7,7 @@ Public API used by the pipelines:
     tokenize_sft(rows, tokenizer, max_length)        -> ([{input_ids, labels}], Counts)
     dpo_strings(rows, tokenizer, max_length)         -> ([{prompt, chosen, rejected}], Counts)
     kto_strings(rows, tokenizer, max_length)         -> ([{prompt, completion, label}], Counts)
+    preference_ids(tokenizer, example, sides)        -> {prompt_ids, <side>_ids}: those strings as TRL's token columns
     grpo_prompts(rows, tokenizer, max_length)        -> ([{prompt, solution}], Counts)
     encode(tokenizer, messages, tools, only_last=)   -> Encoded (ids, labels, reply token ranges)
 """
@@ -15,7 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
-from swiftbox.data.encode import Counts, Encoded, dpo_strings, encode, fit, grpo_prompts, kto_strings, tokenize_sft
+from swiftbox.data.encode import (
+    Counts,
+    Encoded,
+    dpo_strings,
+    encode,
+    fit,
+    grpo_prompts,
+    kto_strings,
+    preference_ids,
+    tokenize_sft,
+)
 from swiftbox.data.formats import (
     DPO_FORMATS,
     GRPO_FORMATS,
@@ -32,6 +43,7 @@ from swiftbox.data.render import locate, render
 from swiftbox.errors import UserError
 
 __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "grpo_prompts", "tokenize_sft",
+           "preference_ids",
            "DPO_FORMATS", "KTO_FORMATS", "GRPO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "grpo_row", "sft_row",
            "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render", "use_chat_template", "load_sft",
            "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts"]
@@ -87,7 +99,13 @@ def load_eval(dataset: Dataset, limit: Optional[int] = None) -> list[tuple[list[
     rows = read_rows(dataset)
     if limit:
         rows = rows[:limit]
-    return [(r["messages"][:-1], r["messages"][-1]["content"]) for r in _normalise(rows, sft_row, SFT_FORMATS, "eval")]
+    out = []
+    for r in _normalise(rows, sft_row, SFT_FORMATS, "eval"):
+        if r["messages"][-1]["role"] != "assistant" or not isinstance(r["messages"][-1].get("content"), str):
+            raise UserError(f"eval dataset {dataset}: every row must end with an assistant reply in text (the "
+                            f"reference answer)")
+        out.append((r["messages"][:-1], r["messages"][-1]["content"]))
+    return out
 
 
 def load_texts(path: Union[str, Path]) -> list[str]:
@@ -106,7 +124,7 @@ def load_texts(path: Union[str, Path]) -> list[str]:
             out.append(row["text"])
             continue
         try:
-            out.append("\n".join(m["content"] for m in sft_row(row)["messages"]))
+            out.append("\n".join(m["content"] or "" for m in sft_row(row)["messages"]))
         except (Skip, ValueError, TypeError, KeyError):
             raise UserError(f"perplexity {p}: columns {sorted(row)} hold no text; expected text or one of: "
                             f"{' | '.join(SFT_FORMATS)}") from None

@@ -240,7 +240,8 @@ def _importable(pkg: str) -> bool:
 # checked by `compare`): device visibility, collectives, allocators, threads, determinism switches
 RELEVANT_ENV_PREFIXES = ("CUDA_", "ASCEND_", "HCCL_", "NCCL_", "PYTORCH_", "TORCH_", "CUBLAS_", "OMP_", "MKL_",
                          "ACCELERATE_", "TASK_QUEUE_ENABLE", "COMBINED_ENABLE", "INF_NAN_MODE_ENABLE",
-                         "SWIFTBOX_DEVICE", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+                         "SWIFTBOX_DEVICE", "SWIFTBOX_CPU_BF16", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE",
+                         "WORLD_SIZE")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 

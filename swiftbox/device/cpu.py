@@ -1,18 +1,34 @@
 """CPU platform: always available; gloo for multi-process. Default dtype: bf16 where the CPU multiplies bf16
 natively (x86 AMX-BF16 or AVX512_BF16, Arm's BF16 extension: bf16 GEMMs then run at 2-16x the fp32 rate), else
 fp32: bf16 always works on a CPU (torch's kernels), but without those units (e.g. an AVX2-only EPYC) torch converts
-to fp32 and back and bf16 is slower than fp32 itself. `bf16_native()` says which, from the kernel's CPU flags."""
+to fp32 and back and bf16 is slower than fp32 itself. `bf16_native()` says which, from the kernel's CPU flags, unless
+`SWIFTBOX_CPU_BF16=on|off` forces the answer (`auto`, the default, reads the flags): `on` makes any CPU behave as a
+bf16-native one (bf16 still computes correctly through torch's kernels, only slower), so the bf16 policy can be
+tested on an AVX2 box; `off` makes an AMX machine compute in fp32."""
 from __future__ import annotations
 
 import os
 import platform as _platform
 
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
+from swiftbox.errors import UserError
 
 # /proc/cpuinfo flags of the units that multiply bf16 natively: Intel Sapphire Rapids+ AMX, Cooper Lake / Zen 4+
 # AVX512_BF16, Arm v8.6+ BF16 (its "Features" line)
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 CPUINFO = "/proc/cpuinfo"
+BF16_ENV = "SWIFTBOX_CPU_BF16"
+BF16_MODES = ("auto", "on", "off")
+
+
+def bf16_mode(environ: dict | None = None) -> str:
+    """SWIFTBOX_CPU_BF16: auto (read the CPU flags, the default), on (behave as a bf16-native CPU), off (fp32).
+    A bad value is a UserError (exit 2, one line)."""
+    raw = (os.environ if environ is None else environ).get(BF16_ENV, "")
+    mode = raw.strip().lower() or "auto"
+    if mode not in BF16_MODES:
+        raise UserError(f"{BF16_ENV}: expected one of {', '.join(BF16_MODES)}, got {raw!r}")
+    return mode
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
@@ -70,7 +86,11 @@ class CpuPlatform(Platform):
         return True  # works (slowly) through torch's CPU kernels
 
     def bf16_native(self) -> bool:
-        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16 / Arm BF16)."""
+        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16 / Arm BF16), or SWIFTBOX_CPU_BF16
+        forces the answer (on / off)."""
+        mode = bf16_mode()
+        if mode != "auto":
+            return mode == "on"
         return bool(native_bf16_flags())
 
     def default_dtype(self) -> str:
@@ -94,4 +114,7 @@ class CpuPlatform(Platform):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
     def versions(self) -> dict[str, str]:
-        return {"cpu_count": str(os.cpu_count()), "native_bf16": ",".join(native_bf16_flags()) or "none"}
+        flags = ",".join(native_bf16_flags()) or "none"
+        mode = bf16_mode()
+        return {"cpu_count": str(os.cpu_count()),
+                "native_bf16": flags if mode == "auto" else f"{flags} ({BF16_ENV}={mode})"}

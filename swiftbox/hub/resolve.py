@@ -11,18 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from swiftbox.errors import UserError
+from swiftbox.hub.local import check_local_model, is_local_ref
 
-
-def is_local_ref(ref: str) -> bool:
-    return ref.startswith((".", "/", "~")) or Path(ref).expanduser().exists()
-
-
-def check_local_model(path: Path) -> Path:
-    if not path.is_dir():
-        raise UserError(f"{path}: not a directory; expected a model directory (config.json + *.safetensors)")
-    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
-        return path
-    raise UserError(f"{path}: holds no model (no config.json or adapter_config.json)")
+__all__ = ["check_local_model", "is_local_ref", "resolve_model"]
 
 
 TOY_MAX_SEED = 2**32 - 1   # torch/numpy seeds

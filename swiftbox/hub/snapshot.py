@@ -293,7 +293,7 @@ def _top_files(path: Path) -> list[str]:
 
 
 def _local_files(path: Path, allow_pickle: bool) -> list[str]:
-    from swiftbox.hub.resolve import check_local_model
+    from swiftbox.hub.local import check_local_model
 
     check_local_model(path)
     files = _top_files(path)

@@ -4,8 +4,9 @@ The whole flow, top to bottom: check the method is possible here -> read and nor
 load the model (adapter / 4-bit / full) -> tokenize with the chat template (loss exactly on the assistant
 replies as the template renders them, swiftbox.data.render; long prompts cut from the left) -> SFTTrainer
 with padding-free packing (each batch flattened into one sequence, position_ids restarting per sample so
-attention stays within each sample) -> save the adapter (or full model), the
-loss curve and TensorBoard events into the step's work dir.
+attention stays within each sample; families whose packed rows are not exact - linear attention, state-space,
+convolution layers, registry.PACKING_NOT_EXACT - pad and group by length instead, said in the step header) ->
+save the adapter (or full model), the loss curve and TensorBoard events into the step's work dir.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from swiftbox.compat import trl_scores_label_positions_only
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SftStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 
 
 def run(cfg: SftStep, ctx: StepContext) -> StepResult:
@@ -48,10 +49,13 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
     dropped = counts.dropped
     evals = data.tokenize_sft(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
 
+    from swiftbox.training.arguments import describe_batching
+
     ckpt_dir = ctx.work_dir / "checkpoints"
+    how = describe_batching(cfg, ctx.platform, model_type(tm.model))
     trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, evals, ckpt_dir,
                            profile_callbacks(cfg, ctx)
-                           + callbacks.callbacks(f"sft {cfg.method}", ctx.work_dir, is_main_process()))
+                           + callbacks.callbacks(f"sft {cfg.method} ({how})", ctx.work_dir, is_main_process()))
     resume = checkpoints.resume_point(cfg, ckpt_dir, log)
     ctx.platform.reset_peak_memory()
     started = time.time()
@@ -67,11 +71,7 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
         with trl_scores_label_positions_only():
             metrics["eval_loss"] = round(float(trainer.evaluate()["eval_loss"]), 6)
     tokens = state.num_input_tokens_seen - _tokens_at_start(trainer)
-    from swiftbox.training.arguments import batching
-
-    packing, grouped = batching(cfg, ctx.platform)
-    metrics.update(batching="packing" if packing else ("padded, grouped by length" if grouped else "padded"),
-                   samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
+    metrics.update(batching=how, samples=len(train), dropped_rows=dropped, truncated_rows=counts.truncated,
                    tokens_per_second=round(tokens / max(seconds, 1e-6), 1),
                    **run_figures(trainer, tm, ctx, seconds, resume))
     save_artifact(trainer, tm, ctx, selected=None)   # every rank: ZeRO-3 gathers collectively
@@ -90,7 +90,7 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
     from swiftbox.training import callbacks
     from swiftbox.training.arguments import batching, common_args
 
-    packing, grouped = batching(cfg, ctx.platform)
+    packing, grouped = batching(cfg, ctx.platform, model_type(model))
     args = SFTConfig(
         **common_args(cfg, ctx, dtype, ckpt_dir),
         padding_free=packing,                      # flatten each batch: no pad tokens, per-sample position_ids
@@ -108,6 +108,11 @@ def make_trainer(cfg, ctx, dtype, model, tokenizer, train, evals, ckpt_dir, extr
     return trainer
 
 
+def model_type(model) -> str:
+    """The config.json model_type of a (PEFT-wrapped) model: what the packing policy keys on."""
+    return str(getattr(getattr(model, "config", None), "model_type", "") or "")
+
+
 def _with_length(rows):
     return [dict(r, length=len(r["input_ids"])) for r in rows]
 
@@ -119,4 +124,4 @@ def _tokens_at_start(trainer) -> int:
     return 0
 
 
-PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)
