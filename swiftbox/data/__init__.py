@@ -43,7 +43,6 @@ from swiftbox.data.formats import (
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
 from swiftbox.data.render import locate, render
 from swiftbox.data.streaming import rows as stream_rows
-from swiftbox.data.streaming import shuffled
 from swiftbox.errors import UserError
 
 __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "grpo_prompts", "tokenize_sft",
@@ -135,11 +134,11 @@ def load_texts(path: Union[str, Path]) -> list[str]:
     return out
 
 
-def stream_sft(dataset: Dataset, tokenizer, max_length: int, *, seed: int, buffer: int, counts: Counts,
+def stream_sft(dataset: Dataset, tokenizer, max_length: int, *, counts: Counts,
                max_row_chars: int = MAX_ROW_CHARS) -> Iterator[dict]:
-    """SFT rows read lazily from jsonl, shuffled in a buffer of `buffer` rows, normalised and tokenized one at a
-    time ({input_ids, labels}); `counts` adds up the rows seen, truncated and dropped."""
-    for item in shuffled(stream_rows(dataset, max_row_chars), buffer, seed):
+    """SFT rows read lazily from jsonl, normalised and tokenized one at a time ({input_ids, labels}); `counts`
+    adds up the rows seen, truncated and dropped. (training.streaming shuffles them in a buffer.)"""
+    for item in stream_rows(dataset, max_row_chars):
         done, row_counts = tokenize_sft(_normalise([item], sft_row, SFT_FORMATS, "SFT"), tokenizer, max_length)
         counts.rows += row_counts.rows
         counts.truncated += row_counts.truncated

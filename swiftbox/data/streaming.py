@@ -1,5 +1,5 @@
-"""Streaming datasets: rows read lazily from jsonl files (one line in memory at a time) and a seeded shuffle
-buffer, so a training step over a file larger than RAM holds `shuffle_buffer` rows, not the file.
+"""Streaming datasets: rows read lazily from jsonl files (one line in memory at a time); training.streaming
+shuffles them in a buffer, so a training step over a file larger than RAM holds `shuffle_buffer` rows, not the file.
 
 Only what can be read lazily is accepted: jsonl for the chat steps (json arrays and parquet are read whole;
 `path#N` sampling needs the whole file) - anything else is one line, exit 2. Nothing here imports torch.
@@ -7,14 +7,11 @@ Only what can be read lazily is accepted: jsonl for the chat steps (json arrays 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
-from typing import Iterable, Iterator, TypeVar, Union
+from typing import Iterator, Union
 
 from swiftbox.data.reading import MAX_ROW_CHARS
 from swiftbox.errors import UserError
-
-T = TypeVar("T")
 
 
 def jsonl_files(dataset: Union[str, list[str]]) -> list[Path]:
@@ -55,19 +52,3 @@ def rows(dataset: Union[str, list[str]], max_row_chars: int = MAX_ROW_CHARS) -> 
                     yield path, no, row
             except UnicodeDecodeError:
                 raise UserError(f"dataset {path}: not a UTF-8 text file") from None
-
-
-def shuffled(items: Iterable[T], buffer: int, seed: int) -> Iterator[T]:
-    """A seeded buffer shuffle: fill `buffer` items, then emit a random one for each new item read (what
-    datasets' IterableDataset.shuffle does); buffer 1 keeps the order."""
-    rng = random.Random(seed)
-    pool: list[T] = []
-    for item in items:
-        if len(pool) < buffer:
-            pool.append(item)
-            continue
-        i = rng.randrange(buffer)
-        yield pool[i]
-        pool[i] = item
-    rng.shuffle(pool)
-    yield from pool

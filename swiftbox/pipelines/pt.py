@@ -54,24 +54,24 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
     encode = texts.token_ids(tm.tokenizer)
     counts = texts.TextCounts()
 
-    def make(epoch: int):
+    def make(tally: texts.TextCounts | None = None):
         docs = itertools.islice(texts.documents(cfg.dataset, cfg.max_row_chars), skip, None)
-        rows = rows_of(docs, encode, cfg.block_size, counts if epoch == 0 else None)
-        if not cfg.streaming:
-            return rows
-        from swiftbox.data.streaming import shuffled
-
-        return shuffled(rows, cfg.shuffle_buffer, cfg.seed + epoch)
+        return rows_of(docs, encode, cfg.block_size, tally)
 
     if cfg.streaming:
         from swiftbox.training.streaming import stream_dataset
 
-        if next(make(0), None) is None:
+        if next(make(), None) is None:
             raise UserError(f"dataset {cfg.dataset}: no text left to train on after the {skip} held-out document(s)")
-        counts = texts.TextCounts()             # the peek above counted; the training pass counts afresh
-        train = stream_dataset(make)
+        passes = []
+
+        def first_pass_counted():
+            passes.append(1)
+            return make(counts if len(passes) == 1 else None)
+
+        train = stream_dataset(first_pass_counted, seed=cfg.seed, buffer=cfg.shuffle_buffer)
     else:
-        train = list(make(0))
+        train = list(make(counts))
         if not train:
             raise UserError(f"dataset {cfg.dataset}: no text left to train on after the {skip} held-out document(s)")
 

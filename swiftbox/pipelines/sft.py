@@ -118,14 +118,13 @@ def _streamed(cfg, tokenizer):
 
     counts = data.Counts()
 
-    def make(epoch: int):
-        return data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, seed=cfg.seed + epoch,
-                               buffer=cfg.shuffle_buffer, counts=counts, max_row_chars=cfg.max_row_chars)
+    def make():
+        return data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, counts=counts, max_row_chars=cfg.max_row_chars)
 
-    if next(data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, seed=cfg.seed, buffer=1, counts=data.Counts(),
+    if next(data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, counts=data.Counts(),
                             max_row_chars=cfg.max_row_chars), None) is None:
         return [], counts
-    return stream_dataset(make), counts
+    return stream_dataset(make, seed=cfg.seed, buffer=cfg.shuffle_buffer), counts
 
 
 def _with_length(rows):
