@@ -14,6 +14,7 @@ import itertools
 import time
 
 from swiftbox.compat import trl_scores_label_positions_only
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import PtStep
@@ -30,7 +31,6 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
 
     from swiftbox.data import texts
 
-    texts.text_files(cfg.dataset)                  # a missing file or a wrong suffix: exit 2 before the model loads
     heldout, skip = _heldout(cfg)
 
     from swiftbox.diagnose.profile_window import profile_callbacks
@@ -107,6 +107,16 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
     return step_result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, state.log_history)
 
 
+def check(cfg: PtStep, platform: Platform) -> None:
+    """sft's refusals, and a dataset that is no raw text (missing, or not .txt / .jsonl) before any output."""
+    from swiftbox.data import texts
+
+    check_training(cfg, platform)
+    texts.text_files(cfg.dataset)
+    if cfg.eval_dataset:
+        texts.text_files(cfg.eval_dataset)
+
+
 def _heldout(cfg: PtStep) -> tuple[list[str], int]:
     """(held-out documents, how many of the dataset's first documents training skips)."""
     from swiftbox.data import texts
@@ -132,4 +142,4 @@ def _perplexity(perplexity, tm, heldout: list[str]) -> float:
         tm.model.train(was_training)
 
 
-PIPELINE = declare("pt", PtStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("pt", PtStep, produces_model=True, check=check, run=run)

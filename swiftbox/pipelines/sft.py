@@ -12,10 +12,20 @@ from __future__ import annotations
 import time
 
 from swiftbox.compat import trl_scores_label_positions_only
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SftStep
 from swiftbox.training.model import check_training
+
+
+def check(cfg: SftStep, platform: Platform) -> None:
+    """The training refusals; with streaming, a dataset that cannot be read lazily (not jsonl, path#N)."""
+    check_training(cfg, platform)
+    if cfg.streaming:
+        from swiftbox.data.streaming import jsonl_files
+
+        jsonl_files(cfg.dataset)
 
 
 def run(cfg: SftStep, ctx: StepContext) -> StepResult:
@@ -138,4 +148,4 @@ def _tokens_at_start(trainer) -> int:
     return 0
 
 
-PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check, run=run)
