@@ -95,6 +95,17 @@ SFT = Flow(
     lambda st: _train_settings("sft", st, {}),
 )
 
+PT = Flow(
+    "pt", "Continue pre-training (raw text)",
+    lambda s: [("model", q.model(s, "Model to continue pre-training:", types=("model",), task="pt")),
+               ("dataset", q.dataset(s, "pt", "Raw text (.txt, .jsonl with a text column, or a directory):")),
+               ("method", q.method(s, "pt")),
+               ("rank", q.lora_rank("pt")),
+               ("epochs", q.number("epochs", "Epochs:", "pt", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "pt"))],
+    lambda st: _train_settings("pt", st, {}),
+)
+
 DPO = Flow(
     "dpo", "Align (DPO)",
     lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task="dpo")),
@@ -348,4 +359,4 @@ GRPO = Flow(
     lambda st: _train_settings("grpo", st, {"rewards": [st["reward"]], "num_generations": st["num_generations"]}),
 )
 
-FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, PT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}

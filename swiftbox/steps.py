@@ -121,6 +121,10 @@ class TrainBase(StepBase):
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
     profile: Optional[ProfileConfig] = Field(None, description="profiler window (docs/training.md); `profile: {}` "
                                              "takes the defaults")
+    streaming: bool = Field(False, description="read the dataset lazily (jsonl; pt also .txt) through a shuffle "
+                            "buffer, so data larger than memory trains with flat memory; needs max_steps (sft, pt)")
+    shuffle_buffer: int = Field(10_000, ge=1, le=10**7, description="streaming: rows held and drawn from at random "
+                                "(1: file order)")
 
     @field_validator("profile", mode="before")
     @classmethod
@@ -143,6 +147,18 @@ class TrainBase(StepBase):
         if value == 0:
             raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
+
+    @model_validator(mode="after")
+    def _streaming(self) -> TrainBase:
+        if not self.streaming:
+            return self
+        kind = next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+        if kind not in STREAMING_STEPS:
+            raise ValueError(f"streaming: the {kind} step reads its dataset into memory; streaming is available in "
+                             f"{', '.join(STREAMING_STEPS)}")
+        if self.max_steps < 1:
+            raise ValueError(f"streaming: the {kind} step needs max_steps (a stream has no length to count epochs by)")
+        return self
 
     @field_validator("deepspeed")
     @classmethod
@@ -184,6 +200,26 @@ class SftStep(TrainBase):
                                     "measured fastest mode (packing on every device so far)")
     group_by_length: Optional[bool] = Field(None, description="batch samples of similar length together; default: "
                                             "on when batches are padded")
+
+
+class PtStep(TrainBase):
+    """continued pre-training on raw text: .txt, jsonl `text`, or a directory of them (every token trains)"""
+
+    dataset: Union[str, list[str]] = Field(..., description=".txt files (a document per paragraph), .jsonl files "
+                                           "with a `text` column, or directories of them")
+    eval_dataset: Optional[Union[str, list[str]]] = Field(None, description="held-out text for perplexity before and "
+                                                          "after; default: the first `heldout` documents of dataset")
+    block_size: int = Field(1024, ge=8, le=10**6, description="tokens per training row: documents joined with eos "
+                            "and cut into blocks (one document per row, cut to this, where packing is not exact)")
+    heldout: int = Field(32, ge=0, le=100_000, description="without eval_dataset: the first N documents are kept out "
+                         "of training and scored before and after (0: no perplexity)")
+
+    @model_validator(mode="after")
+    def _block_size_is_length(self) -> PtStep:
+        if "max_length" in self.model_fields_set and self.max_length != self.block_size:
+            raise ValueError("pt cuts text into blocks of block_size tokens; set block_size, not max_length")
+        self.max_length = self.block_size
+        return self
 
 
 class DpoStep(TrainBase):
@@ -543,6 +579,7 @@ class ChatStep(StepBase):
         return _parse_pairs(value)
 
 
+STREAMING_STEPS = ("sft", "pt")      # the training steps that read their dataset lazily (streaming: true)
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
@@ -573,6 +610,7 @@ def _parse_pairs(value: Any) -> Any:
 STEP_TYPES: dict[str, type[StepBase]] = {
     "download": DownloadStep,
     "sft": SftStep,
+    "pt": PtStep,
     "dpo": DpoStep,
     "kto": KtoStep,
     "orpo": OrpoStep,
