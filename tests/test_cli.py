@@ -31,12 +31,13 @@ def test_pipeline_help_comes_from_the_schema():
         assert flag in out.stdout
 
 
-def test_doctor_reports_cpu():
-    out = run_cli("doctor", "--json")
+def test_doctor_reports_cpu(no_vllm_cpu):
+    out = run_cli("doctor", "--json", env=no_vllm_cpu)
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["platform"] == "cpu" and info["dtype"] == "float32" and info["dist_backend"] == "gloo"
-    assert info["capabilities"]["vllm"].startswith("no") and info["versions"]["torch"] != "not installed"
+    assert info["capabilities"]["vllm"].startswith("no - vLLM's CPU build")
+    assert info["versions"]["torch"] != "not installed"
     assert info["lock"]["files"][0] == "swiftbox/constraints/common.txt" and isinstance(info["lock"]["differs"], list)
     table = run_cli("doctor")
     assert table.returncode == 0 and "capabilities" in table.stdout
