@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
+from swiftbox.device import BF16_ENV, bf16_mode
 from swiftbox.device.base import Platform
-from swiftbox.device.cpu import BF16_ENV, bf16_mode
 from swiftbox.device.dtype_policy import policy_rows
 from swiftbox.versions import package_version
 
