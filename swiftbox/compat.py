@@ -18,6 +18,7 @@ CHECKED_AGAINST = {
     "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
+    "llama-cpp-python": "0.3.36",  # its llama.cpp tree: conversion.base.TextModel.get_vocab_base_pre
 }
 
 
@@ -130,3 +131,34 @@ def cache_drop_left(cache: Any, n: int) -> None:
     for layer in cache.layers:
         layer.keys = layer.keys[:, :, n:, :]
         layer.values = layer.values[:, :, n:, :]
+
+
+# -- llama.cpp's converter: the BPE pre-tokenizer of a tokenizer it does not know ---------------------------
+@contextlib.contextmanager
+def llamacpp_bpe_pre_tokenizer(name: str | None) -> Iterator[None]:
+    """llama.cpp's convert_hf_to_gguf.py names a BPE tokenizer's pre-tokenizer (`tokenizer.ggml.pre`) by hashing
+    how it encodes a test string, and stops with NotImplementedError on a hash it does not list - any tokenizer
+    trained from scratch, such as the toy's. When swiftbox has identified the pre-tokenizer from tokenizer.json
+    itself (`name`, from swiftbox.llamacpp.convert.pre_tokenizer_of), `conversion.base.TextModel.
+    get_vocab_base_pre` answers `name` where the original raises; a recognised hash still wins. Runs inside the
+    converter's child process (swiftbox.llamacpp.driver) with the llama.cpp tree on sys.path; checked against
+    llama-cpp-python 0.3.36's tree. The export then proves the choice: llama.cpp must tokenize the held-out text
+    to exactly the ids transformers does."""
+    if name is None:
+        yield
+        return
+    from conversion.base import TextModel  # llama.cpp's converter package (from its tree)
+
+    original = TextModel.get_vocab_base_pre
+
+    def identified(self: Any, tokenizer: Any) -> str:
+        try:
+            return original(self, tokenizer)
+        except NotImplementedError:
+            return name
+
+    TextModel.get_vocab_base_pre = identified
+    try:
+        yield
+    finally:
+        TextModel.get_vocab_base_pre = original
