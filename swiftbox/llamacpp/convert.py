@@ -46,17 +46,23 @@ def converter_architectures(llama_tree: Path) -> set[str]:
     init = llama_tree / "conversion" / "__init__.py"
     if init.is_file():
         module = ast.parse(init.read_text(encoding="utf-8"))
-        for node in module.body:
-            target = node.target if isinstance(node, ast.AnnAssign) else (
-                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-            if isinstance(target, ast.Name) and target.id == "TEXT_MODEL_MAP" and node.value is not None:
-                return set(ast.literal_eval(node.value))
+        for stmt in module.body:
+            target: ast.expr
+            value: ast.expr | None
+            if isinstance(stmt, ast.AnnAssign):
+                target, value = stmt.target, stmt.value
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target, value = stmt.targets[0], stmt.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and target.id == "TEXT_MODEL_MAP" and value is not None:
+                return set(ast.literal_eval(value))
     # older trees: one file with @ModelBase.register("Arch", ...) decorators
     script = (llama_tree / "convert_hf_to_gguf.py").read_text(encoding="utf-8")
     found: set[str] = set()
-    for node in ast.walk(ast.parse(script)):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "register":
-            found |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    for call in ast.walk(ast.parse(script)):
+        if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "register":
+            found |= {a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
     return found
 
 

@@ -84,7 +84,8 @@ def pieces(template: str, special: dict | None = None) -> Pieces:
         except Exception:  # noqa: BLE001 - templates without a system role raise (Gemma)
             full, has_system = _render(template, turns, False, special), False
     except Exception as exc:  # noqa: BLE001 - a template may raise anything (raise_exception, undefined names)
-        raise NotDecomposable(f"the template fails on a plain conversation ({' '.join(str(exc).split())[:120]})") from None
+        why = " ".join(str(exc).split())[:120]
+        raise NotDecomposable(f"the template fails on a plain conversation ({why})") from None
     lead = bos if bos and full.startswith(bos) and lone.startswith(bos) and asked.startswith(bos) else ""
     full, lone, asked = full[len(lead):], lone[len(lead):], asked[len(lead):]
     rest = full
@@ -195,7 +196,7 @@ class Modelfile:
         if self.note:
             lines.append(f"# {self.note}")
         if self.adapter_name:
-            lines += [f"FROM {self.gguf_name}", f"ADAPTER ./{self.adapter_name}"]
+            lines += [f"FROM ./{self.gguf_name}", f"ADAPTER ./{self.adapter_name}"]
         else:
             lines.append(f"FROM ./{self.gguf_name}")
         if self.template is not None:
