@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv, detects the accelerator and installs swiftbox with the matching extras. Idempotent:
 # a second run with the same pyproject.toml and extras only checks a stamp.
-#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras
+#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras; add gguf for GGUF export
+#                                                   ("quant,serve,dev,gguf"): llama.cpp is fetched and built
+#                                                   once into ~/.cache/swiftbox/llama.cpp (python -m
+#                                                   swiftbox.llamacpp.setup), then reused by every venv
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
 #   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
@@ -111,7 +114,17 @@ if [ "$HAVE_FLAVOUR" = missing ]; then
   fi
   INSTALLED_TORCH=1
 fi
-if [ -n "$DRY" ]; then say "dry run: stopping before the checks"; exit 0; fi
+# llama.cpp for the gguf extra: fetched, built once and cached by swiftbox itself (installed before the extras,
+# so pip finds llama-cpp-python already there instead of building it a second time)
+gguf_step() {
+  case ",$EXTRAS," in
+    *,gguf,*) run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox.llamacpp.setup --constraints "$1" ;;
+  esac
+}
+if [ -n "$DRY" ]; then
+  gguf_step "$VENV/swiftbox-constraints.txt"
+  say "dry run: stopping before the checks"; exit 0
+fi
 read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
 if [ "${HAVE_FLAVOUR:-missing}" = missing ]; then
   say "ERROR: $TORCH_PKG is not installed in $VENV after the install step; see the pip output above"
@@ -133,6 +146,7 @@ CONSTRAINTS="$VENV/swiftbox-constraints.txt"
 echo "$TORCH_PKG==$HAVE_VERSION" >"$CONSTRAINTS"
 
 # 2. swiftbox and its extras, with torch held where it is
+gguf_step "$CONSTRAINTS"
 run "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
 echo "$WANT" >"$STAMP"
 say "done (torch $HAVE_VERSION, $HAVE_FLAVOUR build)"
