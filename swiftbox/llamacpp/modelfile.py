@@ -44,7 +44,8 @@ def _render(template: str, messages: list[dict], gen: bool, special: dict) -> st
 
 def _split_once(text: str, marker: str) -> tuple[str, str]:
     if text.count(marker) != 1:
-        raise NotDecomposable(f"the template does not render each message's content exactly once ({marker!r})")
+        role = {S: "a system message"}.get(marker, "a user message" if "USER" in marker else "an assistant message")
+        raise NotDecomposable(f"the template does not render the content of {role} once, in place")
     before, after = text.split(marker)
     return before, after
 
