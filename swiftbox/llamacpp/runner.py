@@ -8,12 +8,25 @@ greedy continuations by argmax. `tokenize` is llama.cpp's own tokenizer, to prov
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def _quiet_exit() -> None:
+    """llama_cpp._utils opens os.devnull twice at import and never closes it: with warnings on (swiftbox.logs) that
+    is a ResourceWarning on the terminal at exit. Ignored from the exit handlers on, whatever filters ran before."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="unclosed file <_io.TextIOWrapper name='/dev/null'",
+                            category=ResourceWarning)
+
+
+atexit.register(_quiet_exit)
 
 
 def threads() -> int:

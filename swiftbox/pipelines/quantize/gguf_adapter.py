@@ -78,6 +78,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from swiftbox.pipelines.quantize.gguf_writer import (
         _rows,
         compare,
+        file_stem,
         gate,
         llamacpp_figures,
         probe_rows,
@@ -108,7 +109,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
     work = Path(ctx.work_dir)
     gguf_type = cfg.type or "f16"
-    base_out = work / f"{spec.base.name}-{gguf_type}.gguf"
+    base_out = work / f"{file_stem(ctx.input if not cfg.adapter_only else spec.base_ref)}-{gguf_type}.gguf"
     lora_out = work / f"{adapter.name}-lora-{gguf_type}.gguf"
     log = work / "logs" / "llama.cpp.log"
     t0 = time.time()

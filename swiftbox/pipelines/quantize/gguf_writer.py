@@ -167,6 +167,14 @@ def _params(info) -> int:
     return sum(math.prod(shape) for shape in info.tensor_shapes.values())
 
 
+def file_stem(ref: str) -> str:
+    """The model's name for the file: the reference's last part ("toy", "Qwen2.5-0.5B-Instruct", a folder name)."""
+    import re
+
+    name = Path(str(ref)).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
+
+
 def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     if cfg.adapter_only:
         from swiftbox.pipelines.quantize.gguf_adapter import run_adapter
@@ -199,7 +207,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
     work = Path(ctx.work_dir)
     gguf_type = cfg.type or "q8_0"
-    out = work / f"{spec.base.name}-{gguf_type}.gguf"
+    out = work / f"{file_stem(ctx.input if not cfg.adapter_only else spec.base_ref)}-{gguf_type}.gguf"
     log = work / "logs" / "llama.cpp.log"
     from swiftbox.llamacpp import TYPES
 
