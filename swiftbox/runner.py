@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from swiftbox import logs
-from swiftbox.artifacts import MANIFEST, commit_output, partial_dir, prepare_output, write_json_atomic
+from swiftbox.artifacts import (MANIFEST, commit_output, discard_empty_work, partial_dir, prepare_output,
+                                write_json_atomic)
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import UserError
@@ -73,7 +74,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
         except BaseException as exc:
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
-            _drop_empty(partial_dir(Path(step.config.output) if step.config.output else default_out))
+            discard_empty_work(partial_dir(Path(step.config.output) if step.config.output else default_out))
             if summary_on_failure or any(e["ok"] for e in summary["steps"]):
                 write_json_atomic(root / "summary.json", summary)
             else:
