@@ -83,7 +83,8 @@ def test_a_partial_dir_swiftbox_did_not_make_is_refused(tmp_path, fake_pipelines
 
     work = prepare_output(tmp_path / "other", force=False)          # one swiftbox made: marked, and wiped on a re-run
     (work / "junk.bin").write_text("x")
-    assert (work / PARTIAL_MARK).is_file() and not (prepare_output(tmp_path / "other", force=False) / "junk.bin").exists()
+    assert (work / PARTIAL_MARK).is_file()
+    assert not (prepare_output(tmp_path / "other", force=False) / "junk.bin").exists()
 
 
 def test_cli_force_on_user_files_is_one_line_exit_2_naming_the_directory(tmp_path, monkeypatch, capsys):
