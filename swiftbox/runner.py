@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from swiftbox import logs
-from swiftbox.artifacts import MANIFEST, commit_output, discard_empty_work, partial_dir, prepare_output, write_json_atomic
+from swiftbox.artifacts import (
+    MANIFEST,
+    commit_output,
+    discard_empty_work,
+    partial_dir,
+    prepare_output,
+    write_json_atomic,
+)
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import UserError
