@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
-from swiftbox import logs
+from swiftbox import disk, logs
 from swiftbox.artifacts import (
     MANIFEST,
     commit_output,
@@ -27,7 +27,7 @@ from swiftbox.artifacts import (
 )
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
-from swiftbox.errors import UserError
+from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines import load_pipeline
 from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.recipe import Recipe, Step, load_recipe
@@ -81,10 +81,13 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
             discard_empty_work(partial_dir(Path(step.config.output) if step.config.output else default_out))
-            if summary_on_failure or any(e["ok"] for e in summary["steps"]):
-                write_json_atomic(root / "summary.json", summary)
-            else:
-                _drop_empty(root)
+            try:
+                if summary_on_failure or any(e["ok"] for e in summary["steps"]):
+                    write_json_atomic(root / "summary.json", summary)
+                else:
+                    _drop_empty(root)
+            except OSError:        # a full disk: the step's own error is the one to report
+                pass
             raise
         write_json_atomic(root / "summary.json", summary)
     summary["finished"] = _now()
@@ -124,12 +127,30 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
         log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
     started = time.time()
-    result = pipeline.execute(cfg, ctx)
-    write_json_atomic(work / MANIFEST, _manifest(recipe, step, ctx, result, started))
-    commit_output(work, output)
+    try:
+        result = pipeline.execute(cfg, ctx)
+        write_json_atomic(work / MANIFEST, _manifest(recipe, step, ctx, result, started))
+        commit_output(work, output)
+    except SwiftboxError:
+        raise
+    except Exception as exc:
+        if not disk.no_space(exc, work):
+            raise
+        raise _full_disk(exc, cfg, work, output) from None
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")
     return output, pipeline.produces_model, result.metrics
+
+
+def _full_disk(exc: Exception, cfg: StepBase, work: Path, output: Path) -> SwiftboxError:
+    """The disk filled while the step wrote: one line, nothing committed. A training step keeps its checkpoints
+    (resume: true continues from them); any other step frees what it half wrote."""
+    if hasattr(cfg, "resume"):
+        note = f"nothing was committed; {disk.shown(work)} keeps the checkpoints: free space, then re-run with --resume"
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        note = f"nothing was committed to {disk.shown(output)}"
+    return disk.full_disk_error(exc, work, note)
 
 
 def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, started: float) -> dict[str, Any]:
