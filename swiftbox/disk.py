@@ -76,10 +76,10 @@ def filesystem(path: str | os.PathLike) -> tuple[str, str]:
         pass
     if best[1]:
         return best
-    mount = Path(real)
-    while not os.path.ismount(mount) and mount != mount.parent:
-        mount = mount.parent
-    return (str(mount), str(mount))
+    top = Path(real)
+    while not os.path.ismount(top) and top != top.parent:
+        top = top.parent
+    return (str(top), str(top))
 
 
 def shown(path: str | os.PathLike) -> str:
