@@ -19,7 +19,9 @@ from typing import Optional
 ENV = "SWIFTBOX_VERBOSE"
 # loggers whose records below ERROR are noise on a terminal (logbar is gptqmodel's logger)
 NOISY = ("torch", "torchao", "logbar", "gptqmodel", "datasets", "accelerate", "peft", "trl", "huggingface_hub",
-         "modelscope", "httpx", "urllib3", "filelock", "py.warnings")
+         "modelscope", "httpx", "urllib3", "filelock", "py.warnings",
+         "bitsandbytes",     # "Failed to load CPU gemm_4bit_forward from kernels-community" on every CPU import
+         "tokenicer")        # gptqmodel's tokenizer helper: "Auto fixed pad_token_id"
 # set before the libraries are imported; a value the user exported wins
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",

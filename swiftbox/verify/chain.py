@@ -98,9 +98,15 @@ def agreement(a: list[str], b: list[str]) -> float:
 
 
 def check_links(report: Report, nodes: list[Node], dtype: str) -> None:
+    import torch
+
     from swiftbox import parity as P
 
     mask = nodes[0].batch_mask  # type: ignore[attr-defined]
+    for node in nodes:
+        if not bool(torch.isfinite(node.logits).all()):
+            report.add("parity", f"{node.label}: logits finite", False, f"{node.ref} computes NaN or inf logits on the "
+                       "probe: every answer would be garbage")
     for a, b in pairwise(nodes):
         name = f"{a.label} -> {b.label}"
         kind = link_type(a, b, dtype)
