@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from swiftbox.pipelines.serve.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.pipelines.serve.engine_builtin import QueueFull
-from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, model_not_found, queue_full
+from swiftbox.pipelines.serve.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
 from swiftbox.pipelines.serve.logprobs import Entry, Formatter
 from swiftbox.pipelines.serve.protocol import new_id, now, usage
 from swiftbox.pipelines.serve.sampling import SamplingParams
@@ -40,6 +40,11 @@ class BuiltinBackend:
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
+
+    def public(self, text: str) -> str:
+        """An error message without the server's paths: the model's directory becomes its served name."""
+        where = str(getattr(self.tokenizer, "name_or_path", "") or "")
+        return public_text(text, {where: self.model_names()[0]} if where else {})
 
     async def healthy(self) -> bool:
         thread = self.engine._thread
@@ -80,7 +85,7 @@ class BuiltinBackend:
         try:
             text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
         except UserError as exc:  # the template rejects the conversation (roles, order, ...)
-            raise ApiError(400, str(exc), param="messages") from None
+            raise ApiError(400, self.public(str(exc)), param="messages") from None
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def answer_parser(self, req):
@@ -253,7 +258,8 @@ class Run:
                 open_.discard(i)
                 yield i, stream.flush(), "stop" if value in ("stop", "cancelled") else value
             else:
-                raise ApiError(503, f"generation failed: {value}", type="server_error", code="engine_error")
+                raise ApiError(503, self.backend.public(f"generation failed: {value}"), type="server_error",
+                               code="engine_error")
 
     def usage(self) -> dict:
         return usage(len(self.prompt), sum(self.tokens))
