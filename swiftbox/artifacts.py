@@ -99,6 +99,19 @@ def check_replaceable(output: Path) -> None:
                         "away")
 
 
+def check_summary_replaceable(file: Path) -> None:
+    """A run's summary.json is rewritten after every step: refuse (exit 2) when the file there is not one of ours."""
+    if not os.path.lexists(file):
+        return
+    try:
+        data = json.loads(file.read_text(encoding="utf-8")) if file.is_file() and not file.is_symlink() else None
+    except (OSError, ValueError, RecursionError):
+        data = None
+    if not (isinstance(data, dict) and "recipe" in data and isinstance(data.get("steps"), list)):
+        raise UserError(f"{file} exists and is not a swiftbox run summary; swiftbox writes the run's summary there, "
+                        "so choose another output_dir (or --runs-root) or move the file away")
+
+
 def prepare_output(output: Path, *, force: bool, resume: bool = False, owned: bool = False) -> Path:
     """Check `output` may be written and return the work dir to write into.
 

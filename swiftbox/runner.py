@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from swiftbox import disk, logs
 from swiftbox.artifacts import (
     MANIFEST,
+    check_summary_replaceable,
     commit_output,
     discard_empty_work,
     partial_dir,
@@ -58,6 +59,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     log = log or _stderr
     platform = current_platform(recipe.header.device)
     root = Path(recipe.header.output_dir or Path(runs_root or "runs") / recipe.name)
+    check_summary_replaceable(root / "summary.json")       # before anything is written there
     logs.attach(root / LOG_FILE)
     logs.quiet_gptqmodel()
     summary: dict[str, Any] = {"recipe": recipe.name, "source": recipe.source, "device": platform.name,

@@ -94,3 +94,16 @@ def test_cli_force_on_user_files_is_one_line_exit_2_naming_the_directory(tmp_pat
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and str(mine) in err, err
     assert intact(mine)
+
+
+def test_a_summary_json_that_is_not_ours_is_not_overwritten(tmp_path, fake_pipelines):  # noqa: F811
+    """The run directory (runs/<recipe>, or the recipe's output_dir) gets summary.json: not over someone's own."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "summary.json").write_text('{"quarter": "Q3", "revenue": 12}')
+    with pytest.raises(UserError, match="summary.json"):
+        run_recipe({**recipe({"sft": {"dataset": "d"}}), "output_dir": str(project)})
+    assert (project / "summary.json").read_text() == '{"quarter": "Q3", "revenue": 12}'
+    assert not (project / "sft").exists()
+    run_recipe(recipe({"sft": {"dataset": "d"}}), runs_root=tmp_path)
+    run_recipe(recipe({"sft": {"dataset": "d"}}), runs_root=tmp_path)    # our own summary: rewritten
