@@ -3,6 +3,10 @@
 A step writes into `<output>.partial/` (a stable name, so an interrupted run can resume from the
 checkpoints in it) and the runner renames it to `<output>` only once the manifest is in place: a
 directory named like a finished output always is one.
+
+swiftbox deletes only what swiftbox wrote: `--force` and a recipe's default output replace a directory holding a
+manifest, or an empty one; a work dir is wiped only when it carries swiftbox's mark (`PARTIAL_MARK`, written
+when it is made). Anything else in the way is exit 2 naming it, with every file left where it was.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Any
 from swiftbox.errors import UserError
 
 MANIFEST = "swiftbox.json"
+PARTIAL_MARK = ".swiftbox-partial"      # inside <output>.partial/: swiftbox made this work dir
 
 
 def read_manifest(path: str | os.PathLike) -> dict | None:
@@ -68,24 +73,81 @@ def partial_dir(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
 
+def is_swiftbox_output(path: Path) -> bool:
+    """A directory swiftbox may replace: it holds a manifest (a finished swiftbox output) or nothing at all."""
+    if not path.is_dir():
+        return False
+    if (path / MANIFEST).is_file():
+        try:
+            return read_manifest(path) is not None
+        except UserError:          # a swiftbox.json that is not ours (or is broken): not proof enough to delete
+            return False
+    return not any(path.iterdir())
+
+
+def check_replaceable(output: Path) -> None:
+    """Exit 2 unless `output` is absent, empty, or a swiftbox output: the only things swiftbox replaces."""
+    if not os.path.lexists(output):
+        return
+    if output.is_symlink() or not output.is_dir():
+        kind = "a symlink" if output.is_symlink() else "not a directory"
+        raise UserError(f"output {output} exists and is {kind}; swiftbox replaces only its own output directories, "
+                        "so choose another output or move it away")
+    if not is_swiftbox_output(output):
+        raise UserError(f"output {output} is not a swiftbox output (no {MANIFEST} in it) and is not empty; swiftbox "
+                        "replaces only its own outputs, even with --force: choose another output or move its files "
+                        "away")
+
+
+def check_summary_replaceable(file: Path) -> None:
+    """A run's summary.json is rewritten after every step: refuse (exit 2) when the file there is not one of ours."""
+    if not os.path.lexists(file):
+        return
+    try:
+        data = json.loads(file.read_text(encoding="utf-8")) if file.is_file() and not file.is_symlink() else None
+    except (OSError, ValueError, RecursionError):
+        data = None
+    if not (isinstance(data, dict) and "recipe" in data and isinstance(data.get("steps"), list)):
+        raise UserError(f"{file} exists and is not a swiftbox run summary; swiftbox writes the run's summary there, "
+                        "so choose another output_dir (or --runs-root) or move the file away")
+
+
 def prepare_output(output: Path, *, force: bool, resume: bool = False, owned: bool = False) -> Path:
     """Check `output` may be written and return the work dir to write into.
 
     `owned` outputs (the recipe's default runs/<name>/<step>) are replaced on a re-run; a user-chosen
-    output that already exists needs `force`. The work dir is kept when resuming, else started empty.
+    output that already exists needs `force`. Either way only a swiftbox output (or an empty directory) is
+    ever replaced. The work dir is kept when resuming, else started empty.
     """
-    if output.exists() and not (force or owned):
-        if not output.is_dir() or any(output.iterdir()):
-            raise UserError(f"output {output} already exists; pass force: true (--force) to replace it")
+    check_replaceable(output)
+    if output.exists() and not (force or owned) and any(output.iterdir()):
+        raise UserError(f"output {output} already exists; pass force: true (--force) to replace it")
     work = partial_dir(output)
-    if work.exists() and not resume:
+    if os.path.lexists(work) and not resume:
+        if work.is_symlink() or not work.is_dir() or not ((work / PARTIAL_MARK).is_file() or not any(work.iterdir())):
+            raise UserError(f"{work} exists and swiftbox did not make it (no {PARTIAL_MARK} in it); swiftbox writes "
+                            f"{output} through it, so move it away or choose another output")
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
+    (work / PARTIAL_MARK).touch()
     return work
 
 
+def discard_empty_work(work: Path) -> None:
+    """Remove a failed step's work dir if it holds nothing but swiftbox's mark."""
+    try:
+        if {p.name for p in work.iterdir()} <= {PARTIAL_MARK}:
+            (work / PARTIAL_MARK).unlink(missing_ok=True)
+            work.rmdir()
+    except OSError:
+        pass
+
+
 def commit_output(work: Path, output: Path) -> None:
-    """Move the finished work dir into place, replacing an old output only after the new one is complete."""
+    """Move the finished work dir into place, replacing an old output only after the new one is complete (and
+    only if it is still a swiftbox output: the check is repeated, as the run may have taken hours)."""
+    check_replaceable(output)
+    (work / PARTIAL_MARK).unlink(missing_ok=True)
     old = None
     if output.exists():
         old = output.with_name(f".{output.name}.old-{os.getpid()}")

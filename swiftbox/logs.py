@@ -28,7 +28,9 @@ from typing import IO, Iterator, Optional
 ENV = "SWIFTBOX_VERBOSE"
 # loggers whose records below ERROR are noise on a terminal (logbar is gptqmodel's logger)
 NOISY = ("torch", "torchao", "logbar", "gptqmodel", "datasets", "accelerate", "peft", "trl", "huggingface_hub",
-         "modelscope", "httpx", "urllib3", "filelock", "py.warnings", "lm_eval", "lm-eval", "evaluate")
+         "modelscope", "httpx", "urllib3", "filelock", "py.warnings", "lm_eval", "lm-eval", "evaluate",
+         "bitsandbytes",     # "Failed to load CPU gemm_4bit_forward from kernels-community" on every CPU import
+         "tokenicer")        # gptqmodel's tokenizer helper: "Auto fixed pad_token_id"
 OWN = "swiftbox"       # swiftbox's own loggers (the server's): warnings on the terminal as before, all in the log
 # set before the libraries are imported; a value the user exported wins
 QUIET_ENV = {

@@ -16,11 +16,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
-from swiftbox import logs
-from swiftbox.artifacts import MANIFEST, commit_output, partial_dir, prepare_output, write_json_atomic
+from swiftbox import disk, logs
+from swiftbox.artifacts import (
+    MANIFEST,
+    check_summary_replaceable,
+    commit_output,
+    discard_empty_work,
+    partial_dir,
+    prepare_output,
+    write_json_atomic,
+)
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
-from swiftbox.errors import UserError
+from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines import load_pipeline
 from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.recipe import Recipe, Step, load_recipe
@@ -51,6 +59,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     log = log or _stderr
     platform = current_platform(recipe.header.device)
     root = Path(recipe.header.output_dir or Path(runs_root or "runs") / recipe.name)
+    check_summary_replaceable(root / "summary.json")       # before anything is written there
     logs.attach(root / LOG_FILE)
     logs.quiet_gptqmodel()
     logs.quiet_progress_bars()
@@ -74,11 +83,14 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
         except BaseException as exc:
             entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             summary["finished"] = _now()
-            _drop_empty(partial_dir(Path(step.config.output) if step.config.output else default_out))
-            if summary_on_failure or any(e["ok"] for e in summary["steps"]):
-                write_json_atomic(root / "summary.json", summary)
-            else:
-                _drop_empty(root)
+            discard_empty_work(partial_dir(Path(step.config.output) if step.config.output else default_out))
+            try:
+                if summary_on_failure or any(e["ok"] for e in summary["steps"]):
+                    write_json_atomic(root / "summary.json", summary)
+                else:
+                    _drop_empty(root)
+            except OSError:        # a full disk: the step's own error is the one to report
+                pass
             raise
         write_json_atomic(root / "summary.json", summary)
     summary["finished"] = _now()
@@ -126,15 +138,33 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
         dtypes = f"; {plan.describe()}" if plan is not None else ""
         log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{dtypes})")
     started = time.time()
-    result = pipeline.execute(cfg, ctx)
-    manifest = _manifest(recipe, step, ctx, result, started)
-    if plan is not None:
-        manifest.setdefault("dtype_plan", plan.as_dict())
-    write_json_atomic(work / MANIFEST, manifest)
-    commit_output(work, output)
+    try:
+        result = pipeline.execute(cfg, ctx)
+        manifest = _manifest(recipe, step, ctx, result, started)
+        if plan is not None:
+            manifest.setdefault("dtype_plan", plan.as_dict())
+        write_json_atomic(work / MANIFEST, manifest)
+        commit_output(work, output)
+    except SwiftboxError:
+        raise
+    except Exception as exc:
+        if not disk.no_space(exc, work):
+            raise
+        raise _full_disk(exc, cfg, work, output) from None
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")
     return output, pipeline.produces_model, result.metrics
+
+
+def _full_disk(exc: Exception, cfg: StepBase, work: Path, output: Path) -> SwiftboxError:
+    """The disk filled while the step wrote: one line, nothing committed. A training step keeps its checkpoints
+    (resume: true continues from them); any other step frees what it half wrote."""
+    if hasattr(cfg, "resume"):
+        note = f"nothing was committed; {disk.shown(work)} keeps the checkpoints: free space, then re-run with --resume"
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        note = f"nothing was committed to {disk.shown(output)}"
+    return disk.full_disk_error(exc, work, note)
 
 
 def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, started: float) -> dict[str, Any]:

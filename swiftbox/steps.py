@@ -536,7 +536,10 @@ class ServeStep(StepBase):
     api_key: Optional[str] = Field(None, description="required on every route but /health; prefer SWIFTBOX_API_KEY "
                                    "or --api-key-file (a key on the command line shows in ps)")
     api_key_file: Optional[str] = Field(None, description="file whose first line is the API key")
-    insecure_no_auth: bool = Field(False, description="allow serving on a non-loopback address without an API key")
+    insecure_no_auth: bool = Field(False, description="serve without an API key where a key would be required; on a "
+                                   "non-loopback host it also needs --expose-without-auth")
+    expose_without_auth: bool = Field(False, description="with --insecure-no-auth: really serve a non-loopback host "
+                                      "with no API key (anyone on the network can use the model and its adapters)")
     adapters: Optional[dict[str, str]] = Field(None, description="name=path LoRA adapters served by model name")
     runtime_adapters: Optional[bool] = Field(None, description="let clients load/unload LoRA adapters at run time "
                                              "(/v1/load_lora_adapter); default: on for the built-in engine, on for "

@@ -44,6 +44,7 @@ BAD_FLAGS = [
     (["eval", "toy:99999999999999999999", "--dataset", EVAL_DATA], "toy:SEED"),
     (["serve", "toy", "--host", ""], "host"),
     (["serve", "toy", "--host", "0.0.0.0"], "SWIFTBOX_API_KEY"),
+    (["serve", "toy", "--host", "0.0.0.0", "--insecure-no-auth"], "--expose-without-auth"),
     (["serve", "toy", "--max-queue", "0"], "max_queue"),
     (["chat", "toy", "--temperature", "inf"], "temperature"),
     (["run", str(ROOT / "recipes" / "quickstart.yaml"), "--set", "eval[0].limit=BAD"], "count from 1"),

@@ -87,8 +87,15 @@ def test_rerun_replaces_owned_outputs_but_refuses_user_outputs(tmp_path, fake_pi
     with pytest.raises(UserError, match="force"):
         run_recipe(recipe({"sft": {"dataset": "d", "output": str(mine)}}), runs_root=tmp_path)
     assert (mine / "precious.txt").read_text() == "keep me"
-    run_recipe(recipe({"sft": {"dataset": "d", "output": str(mine), "force": True}}), runs_root=tmp_path)
-    assert not (mine / "precious.txt").exists() and (mine / MANIFEST).is_file()
+    with pytest.raises(UserError, match="not a swiftbox output"):     # --force replaces only swiftbox outputs
+        run_recipe(recipe({"sft": {"dataset": "d", "output": str(mine), "force": True}}), runs_root=tmp_path)
+    assert (mine / "precious.txt").read_text() == "keep me"
+    ours = tmp_path / "ours"
+    run_recipe(recipe({"sft": {"dataset": "d", "output": str(ours)}}), runs_root=tmp_path)
+    with pytest.raises(UserError, match="force"):
+        run_recipe(recipe({"sft": {"dataset": "d", "output": str(ours)}}), runs_root=tmp_path)
+    run_recipe(recipe({"sft": {"dataset": "d", "output": str(ours), "force": True}}), runs_root=tmp_path)
+    assert (ours / MANIFEST).is_file()
 
 
 def test_api_key_is_redacted_in_manifest(tmp_path, monkeypatch):

@@ -234,8 +234,17 @@ def test_exposure_rules(tmp_path, monkeypatch):
         check_exposure(ServeStep(host="0.0.0.0"), None, said.append)
     check_exposure(ServeStep(host="0.0.0.0"), "k", said.append)
     assert said == []
-    check_exposure(ServeStep(host="0.0.0.0", insecure_no_auth=True), None, said.append)
+    # --insecure-no-auth alone no longer opens a network host (issue 32): it takes a second flag saying so
+    for host in ("0.0.0.0", "::", "192.168.1.4"):
+        with pytest.raises(UserError, match="--expose-without-auth") as err:
+            check_exposure(ServeStep(host=host, insecure_no_auth=True), None, said.append)
+        assert host in str(err.value) and "adapters" in str(err.value)
+    with pytest.raises(UserError, match="--insecure-no-auth"):          # the second flag alone is not enough either
+        check_exposure(ServeStep(host="0.0.0.0", expose_without_auth=True), None, said.append)
+    assert said == []
+    check_exposure(ServeStep(host="0.0.0.0", insecure_no_auth=True, expose_without_auth=True), None, said.append)
     assert len(said) == 1 and "NO API key" in said[0]
+    check_exposure(ServeStep(insecure_no_auth=True), None, said.append)  # loopback: the one flag is harmless
 
     keyfile = tmp_path / "key"
     keyfile.write_text("s3cret\n")
@@ -272,9 +281,9 @@ class RaisingTokenizer:
     ("/v1/completions", {"prompt": "Is 12 even?", "max_tokens": 2}, "prompt"),
 ])
 def test_a_tokenizer_failure_is_a_400_naming_it(toy_parts, path, body, param):
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.server import ServerThread
 
     engine = make_engine(toy_parts)
     server = ServerThread(build_app(BuiltinBackend(engine, RaisingTokenizer(toy_parts[1]), max_model_len=256))).start()

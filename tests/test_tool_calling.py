@@ -4,6 +4,7 @@ toy model trained on tool-calling data whose served answer comes back as `tool_c
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -49,6 +50,79 @@ def test_plain_or_malformed_answers_stay_content_and_reasoning_splits():
     assert (r.reasoning, r.content) == ("Plan it.", "Hello.")
     r1 = toolcalls.parse("Plan it.\n</think>\n\nHello.", "", think=True)      # R1: the prompt opened <think>
     assert (r1.reasoning, r1.content) == ("Plan it.", "Hello.")
+
+
+FORMATS = ["hermes", "mistral", "llama3_json", "glm4"]
+DEEP = "[" * 100_000 + "]" * 100_000
+HOSTILE = {   # what a model may write: each must end as tool calls or plain content, never an exception
+    "deep nesting": '{"name": "f", "arguments": {"x": ' + DEEP + "}}",
+    "5000-digit number": '{"name": "f", "arguments": {"x": ' + "9" * 5000 + "}}",
+    "Infinity": '{"name": "f", "arguments": {"x": 1e999}}',
+    "NaN": '{"name": "f", "arguments": {"x": NaN}}',
+    "lone surrogate": '{"name": "f", "arguments": {"x": "\\ud800"}}',
+    "surrogate name": '{"name": "\\udfff", "arguments": {}}',
+    "unclosed": '{"name": "f", "arguments": {"x": [[[[',
+}
+
+
+def wrap(fmt: str, body: str) -> list[str]:
+    """The hostile body where each format looks for a call (and the bare body)."""
+    return {"hermes": [f"<tool_call>{body}</tool_call>", f"hi <tool_call>\n{body}\n</tool_call>" * 3],
+            "mistral": [f"[TOOL_CALLS][{body}]", f"[{body}]"],
+            "llama3_json": [body, f"<|python_tag|>{body}"],
+            "glm4": ["f\n" + body.partition('"arguments": ')[2].removesuffix("}")]}[fmt] + [body]
+
+
+def sendable(parsed) -> None:
+    """The message the server builds from it goes out as UTF-8 JSON (what JSONResponse does)."""
+    message = {"content": parsed.content, "reasoning_content": parsed.reasoning, "tool_calls": parsed.tool_calls}
+    json.dumps(message, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    for call in parsed.tool_calls:   # strict JSON arguments: no NaN / Infinity a client's parser would refuse
+        json.loads(call["function"]["arguments"], parse_constant=lambda c: pytest.fail(f"{c} in the arguments"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_model_output_parses_to_calls_or_plain_content(fmt, case):
+    for text in wrap(fmt, HOSTILE[case]):
+        for think in (False, True):
+            parsed = toolcalls.parse(text, fmt, think=think, tool_names={"f"})
+            assert parsed.tool_calls or parsed.content == text.strip(), (case, text[:80])
+            sendable(parsed)
+
+
+def _cost(text: str, fmt: str, think: bool) -> float:
+    """Best of a few timings of one parse (stops early when one run alone is already slow)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        toolcalls.parse(text, fmt, think=think, tool_names={"f"})
+        best = min(best, time.perf_counter() - t0)
+        if best > 0.5:
+            break
+    return best
+
+
+SHAPES = {   # hostile shapes at size n; each used to cost quadratic (or worse) time in a backtracking regex
+    "unclosed tags": lambda n: "<tool_call>" * n,
+    "open tag then whitespace": lambda n: "<tool_call>" + " " * n + "x",
+    "whitespace inside a block": lambda n: "<tool_call>" + " " * n + "x</tool_call>",
+    "unclosed tags after a call": lambda n: '<tool_call>{"name": "f"}</tool_call>' + "<tool_call>\n" * n,
+    "think tags": lambda n: "<think>" * n + "</think>" + "<tool_call>" * n,
+    "mistral markers": lambda n: "[TOOL_CALLS]" * n,
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_tool_call_parsing_is_linear(shape):
+    """Work grows with the output's length, not its square: size 10n costs about 10x size n (a generous 40x
+    allowed: a quadratic scan gives ~100x, the old regex on whitespace ~1000x). A ratio, not a time limit."""
+    small, large = SHAPES[shape](400), SHAPES[shape](4000)
+    for fmt in FORMATS:
+        think = fmt == "hermes"
+        _cost(small, fmt, think)                                 # warm up
+        ratio = _cost(large, fmt, think) / max(_cost(small, fmt, think), 2e-5)
+        assert ratio < 40, (shape, fmt, ratio)
 
 
 def test_vllm_gets_the_presets_parsers():

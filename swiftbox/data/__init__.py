@@ -40,6 +40,7 @@ from swiftbox.data.formats import (
     kto_row,
     sft_row,
 )
+from swiftbox.data.progress import each
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
 from swiftbox.data.render import locate, render
 from swiftbox.data.streaming import rows as stream_rows
@@ -56,7 +57,7 @@ Dataset = Union[str, list[str]]
 
 def _normalise(rows, convert, formats: Iterable[str], kind: str) -> list:
     out = []
-    for path, no, row in rows:
+    for path, no, row in each(rows, f"checking {kind} rows"):
         try:
             out.append(convert(row))
         except Skip:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from swiftbox.data.progress import each
 from swiftbox.data.render import Span, locate, payload_texts, render
 from swiftbox.errors import UserError
 
@@ -122,7 +123,7 @@ def fit(enc: Encoded, max_length: int) -> tuple[Optional[Encoded], bool]:
 def tokenize_sft(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], Counts]:
     """{input_ids, labels} per conversation, fitted to `max_length`; the counts of truncated / dropped rows."""
     out, counts = [], Counts()
-    for row in rows:
+    for row in each(rows, "tokenizing SFT rows"):
         counts.rows += 1
         enc = encode(tokenizer, row["messages"], row.get("tools"))
         fitted, cut = fit(enc, max_length)
@@ -150,7 +151,7 @@ def dpo_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict
     """{prompt, chosen, rejected} strings for TRL: prompt = the generation prompt the model sees at inference,
     chosen / rejected = only the replies. Long prompts lose tokens from the left (system prompt kept)."""
     out, counts = [], Counts()
-    for row in rows:
+    for row in each(rows, "tokenizing preference pairs"):
         split = prompt_and_replies(tokenizer, row, ("chosen", "rejected"), max_length, counts)
         if split is not None:
             out.append({"prompt": split[0], "chosen": split[1], "rejected": split[2]})
@@ -160,7 +161,7 @@ def dpo_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict
 def kto_strings(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dict], Counts]:
     """{prompt, completion, label} strings for TRL's KTO, split exactly as `dpo_strings` splits a pair."""
     out, counts = [], Counts()
-    for row in rows:
+    for row in each(rows, "tokenizing KTO rows"):
         split = prompt_and_replies(tokenizer, row, ("completion",), max_length, counts)
         if split is not None:
             out.append({"prompt": split[0], "completion": split[1], "label": row["label"]})
@@ -220,7 +221,7 @@ def grpo_prompts(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dic
     prompt (what the model sees at inference), solution = the reference answer (None when the row has none).
     Prompts longer than `max_length` tokens lose tokens from the left (system prompt kept)."""
     out, counts = [], Counts()
-    for row in rows:
+    for row in each(rows, "rendering GRPO prompts"):
         counts.rows += 1
         prompt = render(tokenizer, row["prompt"], row.get("tools"), generation_prompt=True)
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]

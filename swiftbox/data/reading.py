@@ -4,7 +4,7 @@ Robust to what real files hold: a UTF-8 BOM, U+2028/U+2029 inside JSON strings (
 only, never with str.splitlines), a '#' in a real file name (`a#3.jsonl` is that file; `a.jsonl#3` samples 3
 rows when `a.jsonl#3` itself does not exist). A row larger than `max_row_chars` is refused before anything
 tokenizes it, and a lone surrogate (invalid Unicode that cannot be encoded) is a one-line error naming the
-file and row - both exit 2.
+file and row - both exit 2. A file that takes a while prints progress lines (data/progress.py).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Optional, Union
 
+from swiftbox.data.progress import each
 from swiftbox.errors import UserError
 
 MAX_ROW_CHARS = 1_000_000
@@ -40,7 +41,7 @@ def read_file(path: Path, max_row_chars: int = MAX_ROW_CHARS) -> list[dict]:
             rows = pq.read_table(path).to_pylist()
         except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
             raise UserError(f"dataset {path}: unreadable parquet ({str(exc).splitlines()[0]})") from None
-        for no, row in enumerate(rows, 1):
+        for no, row in enumerate(each(rows, f"reading {path}"), 1):
             _check_row(path, no, json.dumps(row, ensure_ascii=False, default=str), max_row_chars)
     else:
         try:
@@ -68,12 +69,15 @@ def _parse_json_text(path: Path, text: str, max_row_chars: int) -> list:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"dataset {path}: invalid JSON at line {exc.lineno} ({exc.msg})") from None
-        for no, row in enumerate(data if isinstance(data, list) else [], 1):
+        for no, row in enumerate(each(data if isinstance(data, list) else [], f"reading {path}"), 1):
             _check_row(path, no, json.dumps(row, ensure_ascii=False), max_row_chars)
             _check_text(path, no, row)
         return data
     rows = []
-    for no, line in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    if lines and not lines[-1].strip():
+        lines.pop()                     # the newline that ends the last row
+    for no, line in enumerate(each(lines, f"reading {path}"), 1):
         if not line.strip():
             continue
         _check_row(path, no, line, max_row_chars)

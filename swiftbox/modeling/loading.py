@@ -40,9 +40,12 @@ def adapter_base_ref(adapter: Path) -> str:
     base = manifest.get("base_model")
     if not base:
         try:
-            base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
-        except (OSError, json.JSONDecodeError):
-            base = None
+            config = json.loads((adapter / "adapter_config.json").read_text())
+        except (OSError, ValueError, RecursionError):   # unreadable, not JSON, nested past the recursion limit
+            config = None
+        base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if base is not None and not isinstance(base, str):
+        raise UserError(f"{adapter}: the adapter's base model is not a name or path ({type(base).__name__})")
     if not base:
         raise UserError(f"{adapter}: adapter does not say its base model; pass base: (--base)")
     return base

@@ -7,6 +7,7 @@ with the same shape (that path is a bug, and the load test checks it never happe
 from __future__ import annotations
 
 import logging
+import re
 from typing import Optional
 
 log = logging.getLogger("swiftbox.serve")
@@ -50,6 +51,19 @@ class ApiError(Exception):
     def status_for(self, path: str) -> int:
         """Anthropic answers a bad value with 400 where OpenAI's shape uses 422."""
         return 400 if self.status == 422 and is_anthropic(path) else self.status
+
+
+# an absolute POSIX path: a "/" that starts a word (not inside a URL, a fraction or a relative path)
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/(?:[^\s'\"/:,;()\[\]{}]+/)*([^\s'\"/:,;()\[\]{}]+)")
+
+
+def public_text(text: str, known: dict[str, str]) -> str:
+    """`text` as a client may read it: each known server path (the model's directory -> its served name) replaced,
+    then any other absolute path cut to its last component. The server's filesystem is not the client's business."""
+    for path in sorted(known, key=len, reverse=True):
+        if path:
+            text = text.replace(path, known[path])
+    return ABSOLUTE_PATH.sub(lambda m: m.group(1), text)
 
 
 def unauthorized() -> ApiError:

@@ -21,13 +21,29 @@ NOT_LINEAR = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out")
 QUANT_FEATURE = {"gptq": "gptq", "awq": "awq", "bitsandbytes": "bnb", "fp8": "fp8"}
 
 
-def adapter_problems_for_vllm(adapter: Path, base_vocab: int | None) -> list[str]:
-    """What stops vLLM from serving this PEFT adapter (empty = it fits)."""
+def _read_config(adapter: Path) -> dict | str:
+    """The adapter's config, or why it cannot be read."""
     try:
         config = json.loads((adapter / "adapter_config.json").read_text())
-    except (OSError, ValueError) as exc:
-        return [f"adapter_config.json unreadable ({exc})"]
-    problems = []
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"adapter_config.json unreadable ({' '.join(str(exc).split())[:120]})"
+    return config if isinstance(config, dict) else "adapter_config.json is not a JSON object"
+
+
+def architecture_problems(config: dict) -> list[str]:
+    """Options that change the model rather than add a delta to it: no engine serves them as an adapter."""
+    if config.get("layer_replication"):
+        return [f"layer_replication {config['layer_replication']} (it changes the model's architecture by copying "
+                "layers; engines serve adapters that only add a delta: merge it and serve the merged model)"]
+    return []
+
+
+def adapter_problems_for_vllm(adapter: Path, base_vocab: int | None) -> list[str]:
+    """What stops vLLM from serving this PEFT adapter (empty = it fits)."""
+    config = _read_config(adapter)
+    if isinstance(config, str):
+        return [config]
+    problems = architecture_problems(config)
     if config.get("peft_type", "LORA") != "LORA":
         problems.append(f"peft_type {config.get('peft_type')} (vLLM serves LoRA only)")
     if config.get("modules_to_save"):
@@ -41,7 +57,7 @@ def adapter_problems_for_vllm(adapter: Path, base_vocab: int | None) -> list[str
     if rank > max(LORA_RANKS):
         problems.append(f"rank {rank} > {max(LORA_RANKS)}, vLLM's largest max_lora_rank")
     targets = config.get("target_modules") or []
-    targets = [targets] if isinstance(targets, str) else list(targets)
+    targets = [targets] if isinstance(targets, str) else list(targets) if isinstance(targets, list) else []
     odd = [t for t in targets if any(n in t for n in NOT_LINEAR)]
     if odd:
         problems.append(f"target_modules {odd} (vLLM applies LoRA to linear layers only)")
@@ -73,11 +89,12 @@ def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
 def adapter_problems_for_builtin(adapter: Path) -> list[str]:
     """What stops the built-in engine from serving this adapter attached (empty = it fits): it picks an adapter
     per row (PEFT's `adapter_names`), which PEFT refuses for DoRA."""
-    try:
-        config = json.loads((adapter / "adapter_config.json").read_text())
-    except (OSError, ValueError) as exc:
-        return [f"adapter_config.json unreadable ({exc})"]
-    if isinstance(config, dict) and config.get("use_dora"):
+    config = _read_config(adapter)
+    if isinstance(config, str):
+        return [config]
+    if architecture_problems(config):
+        return architecture_problems(config)
+    if config.get("use_dora"):
         return ["DoRA (PEFT cannot pick a DoRA adapter per row of a shared batch: 'Cannot pass `adapter_names` when "
                 "DoRA is enabled'; merge it and serve the merged model)"]
     return []
@@ -85,8 +102,10 @@ def adapter_problems_for_builtin(adapter: Path) -> list[str]:
 
 def adapter_rank(config: dict[str, Any]) -> int:
     """The largest LoRA rank in an adapter_config.json (`r`, and every per-module rank in `rank_pattern`)."""
-    ranks = [config.get("r") or 0, *(config.get("rank_pattern") or {}).values()]
-    return max(int(r) for r in ranks)
+    pattern = config.get("rank_pattern") or {}
+    ranks = [config.get("r") or 0, *(pattern.values() if isinstance(pattern, dict) else [])]
+    ints = [r for r in ranks if isinstance(r, int) and not isinstance(r, bool)]
+    return max(ints) if ints else 0
 
 
 def read_adapter_rank(adapter_dir: Path | str) -> Optional[int]:

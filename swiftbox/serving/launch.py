@@ -5,7 +5,7 @@ The serve step (swiftbox/pipelines/serve.py), the chat step and verify's served 
 here. The pre-deploy gate (files + engine fit, swiftbox.verify.startup_gate) runs before this, in the step.
 
 Exposure: the key comes from `api_key`, `api_key_file` or $SWIFTBOX_API_KEY; a non-loopback host without
-one is refused unless `insecure_no_auth` is set (docs/serving.md, "Threat model").
+one is refused unless both `insecure_no_auth` and `expose_without_auth` are set (docs/serving.md, "Threat model").
 """
 from __future__ import annotations
 
@@ -116,7 +116,12 @@ def check_exposure(cfg: ServeStep, key: Optional[str], log: Log) -> None:
         return
     if not cfg.insecure_no_auth:
         raise UserError(f"host {cfg.host}: serving beyond this machine without an API key lets anyone on the network "
-                        f"use it; set {KEY_ENV} or --api-key-file (or pass --insecure-no-auth to accept that)")
+                        f"use it; set {KEY_ENV} or --api-key-file (or pass --insecure-no-auth --expose-without-auth "
+                        "to accept that)")
+    if not cfg.expose_without_auth:   # one flag is easy to copy from a laptop recipe onto a server: it takes two
+        raise UserError(f"host {cfg.host} with --insecure-no-auth: anyone on the network could use the model and load "
+                        f"or unload adapters; set {KEY_ENV} or --api-key-file, serve on 127.0.0.1, or add "
+                        "--expose-without-auth to say that is what you want")
     log(f"WARNING: serving on {cfg.host} with NO API key (--insecure-no-auth): anyone who can reach this port can "
         "use the model")
 

@@ -11,17 +11,23 @@ The format is read off the chat template the model was trained with, the same wa
 Reasoning: templates that know `<think>` get `<think>...</think>` split off into `reasoning_content`
 (also when the generation prompt already opened the block, as DeepSeek-R1's does).
 Text that does not parse stays content: a model that writes a malformed call answers in plain text.
+
+The parser is total and linear: it reads the model's output, which nobody controls, so every input ends as tool
+calls or as plain content, never an exception (JSON nested past the recursion limit, a number past Python's
+int-string limit, NaN/Infinity, lone surrogates: all "malformed"), and every scan is `str.find` moving forward
+(no backtracking regex: `<tool_call>` followed by 2000 spaces used to take 11 s, thousands of unclosed tags
+seconds; both blocked the event loop).
 """
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
-HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.DOTALL)
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+MALFORMED = object()   # what _loads returns for text that is not (usable) JSON
 
 
 @dataclass
@@ -52,9 +58,23 @@ def thinks(chat_template: Optional[str]) -> bool:
     return "<think>" in (chat_template or "") or "</think>" in (chat_template or "")
 
 
-def _call(name: str, arguments) -> dict:
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments if arguments is not None else {},
-                                                                    ensure_ascii=False)
+def _loads(text: str):
+    """JSON or MALFORMED, never an exception: bad syntax, nesting past the recursion limit, a number past the
+    int-string limit (all ValueError or RecursionError)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return MALFORMED
+
+
+def _call(name: str, arguments) -> Optional[dict]:
+    """An OpenAI tool call, or None when it cannot be sent as JSON (NaN/Infinity, lone surrogates, too deep)."""
+    try:
+        args = arguments if isinstance(arguments, str) else json.dumps(
+            arguments if arguments is not None else {}, ensure_ascii=False, allow_nan=False)
+        name.encode("utf-8"), args.encode("utf-8")   # the response is UTF-8: a lone surrogate would fail it later
+    except (ValueError, RecursionError):
+        return None
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": args}}
 
 
@@ -64,51 +84,66 @@ def _from_obj(obj) -> Optional[dict]:
     return None
 
 
+def _hermes_blocks(text: str) -> tuple[list[str], str]:
+    """The bodies of the closed `<tool_call>...</tool_call>` blocks (stripped) and the text around them, in one
+    forward pass: once no `</tool_call>` follows an opening tag, none follows any later one either."""
+    bodies: list[str] = []
+    outside: list[str] = []
+    at = 0
+    while (start := text.find(OPEN, at)) >= 0 and (end := text.find(CLOSE, start + len(OPEN))) >= 0:
+        outside.append(text[at:start])
+        bodies.append(text[start + len(OPEN):end].strip())
+        at = end + len(CLOSE)
+    outside.append(text[at:])
+    return bodies, "".join(outside)
+
+
+def _split_reasoning(text: str) -> tuple[Optional[str], str]:
+    """`[<think>]reasoning</think>answer` -> (reasoning, answer); text without `</think>` is all answer."""
+    end = text.find(THINK_CLOSE)
+    if end < 0:
+        return None, text
+    head = text[:end].lstrip()
+    head = head[len(THINK_OPEN):] if head.startswith(THINK_OPEN) else head
+    return head.strip(), text[end + len(THINK_CLOSE):].lstrip()
+
+
 def parse(text: str, fmt: str, *, think: bool = False, tool_names: Optional[set[str]] = None) -> Parsed:
     reasoning = None
-    if think and "</think>" in text:
-        match = THINK.match(text)
-        if match:
-            reasoning, text = match.group(1).strip(), text[match.end():]
+    if think:
+        reasoning, text = _split_reasoning(text)
     calls: list[dict] = []
     if fmt == "hermes":
-        for body in HERMES.findall(text):
-            try:
-                call = _from_obj(json.loads(body))
-            except json.JSONDecodeError:
-                call = None
+        bodies, outside = _hermes_blocks(text)
+        for body in bodies:
+            call = _from_obj(_loads(body))
             if call is None:
                 return Parsed(text.strip(), reasoning)        # malformed: leave the text as it is
             calls.append(call)
         if calls:
-            text = HERMES.sub("", text)
+            text = outside
     elif fmt == "mistral":
         at = text.find("[TOOL_CALLS]")
         head, body = (text[:at], text[at + len("[TOOL_CALLS]"):]) if at >= 0 else ("", text)
         if at >= 0 or body.lstrip().startswith("[{"):
-            try:
-                items = json.loads(body.strip())
+            items = _loads(body.strip())
+            if items is not MALFORMED:
                 calls = [c for c in (_from_obj(i) for i in (items if isinstance(items, list) else [items])) if c]
-            except json.JSONDecodeError:
-                calls = []
             if calls:
                 text = head
     elif fmt == "llama3_json":
         body = text.strip().removeprefix("<|python_tag|>").strip()
         if body.startswith("{"):
-            try:
-                call = _from_obj(json.loads(body))
-            except json.JSONDecodeError:
-                call = None
+            call = _from_obj(_loads(body))
             if call:
                 calls, text = [call], ""
     elif fmt == "glm4" and tool_names:
         name, _, rest = text.strip().partition("\n")
         if name.strip() in tool_names:
-            try:
-                calls, text = [_call(name.strip(), json.loads(rest or "{}"))], ""
-            except json.JSONDecodeError:
-                pass
+            arguments = _loads(rest or "{}")
+            call = _call(name.strip(), arguments) if arguments is not MALFORMED else None
+            if call:
+                calls, text = [call], ""
     if not calls and fmt not in ("hermes", "") and "<tool_call>" in text:
         return parse(text, "hermes", tool_names=tool_names)._replace_reasoning(reasoning)
     content = text.strip()

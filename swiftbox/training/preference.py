@@ -55,6 +55,10 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     if method.unpaired and len({r["label"] for r in rows}) < 2:
         raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
                         f"every row is {rows[0]['label'] if rows else 'missing'}")
+    from swiftbox.data.degenerate import check_preference_rows
+    from swiftbox.training.outputs import log
+
+    check_preference_rows(method.kind, cfg.dataset, rows, method.unpaired, log)   # before the model loads
     eval_rows = load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
 
     from datasets import Dataset
@@ -63,7 +67,7 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     from swiftbox.training import callbacks, checkpoints, curves
     from swiftbox.training.arguments import common_args
     from swiftbox.training.model import load_for_training
-    from swiftbox.training.outputs import log, run_figures, save_artifact, step_result
+    from swiftbox.training.outputs import run_figures, save_artifact, step_result
 
     callbacks.silence_libraries()
     tm = load_for_training(ctx.input, cfg, ctx.platform, dtype, reward_head=method.reward_head)

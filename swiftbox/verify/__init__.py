@@ -43,7 +43,11 @@ def static_checks(report: Report, artifact: str, engine: str, platform, probe: l
     except UserError as exc:
         report.add("files", "artifact", False, str(exc))
         return None
+    except Exception as exc:  # noqa: BLE001 - an artifact that cannot even be resolved is the finding
+        report.add("files", "artifact", False, f"cannot be read ({' '.join(str(exc).split())[:160]})")
+        return None
     weights_ok = all([files.check_weights(report, label, folder) for label, folder in _heads(spec)])  # noqa: C419 - every head checked
+    weights_ok = all([files.check_adapter(report, f"adapter {a.name}", a) for a in spec.adapters]) and weights_ok  # noqa: C419
     tok = files.check_tokenizer(report, "tokenizer", spec, probe)
     files.check_generation_config(report, "model", spec.base, tok)
     base_vocab = vocab_size(spec.base)
@@ -82,7 +86,13 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
         if node_spec is None:
             report.add("parity", f"{node.label} ({node.ref})", False, "cannot be loaded (run verify on it for why)")
             return report
-    chain.measure(nodes, platform, dtype, items)
+    try:
+        chain.measure(nodes, platform, dtype, items)
+    except Exception as exc:  # noqa: BLE001 - a model that does not load or run on the probe is the finding
+        node = next((n for n in nodes if not n.logits), nodes[-1])   # the one being measured
+        report.add("parity", f"{node.label} ({node.ref})", False,
+                   f"does not load or run ({' '.join(str(exc).split())[:200]})")
+        return report
     chain.check_links(report, nodes, platform, dtype)
     if not serve:
         report.add("parity", "served", None, "skipped (--no-serve)")
@@ -134,6 +144,12 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     parser.add_argument("--no-serve", action="store_true", help="skip the HTTP link through the engine")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     args = parser.parse_args([x for x in extra_args if x != "--"])
+    from transformers.utils import logging as hf_logging
+
+    from swiftbox import logs
+
+    logs.attach(Path("runs") / "verify" / "swiftbox.log")   # the libraries' banners: there, not on the screen
+    hf_logging.disable_progress_bar()                        # a "Loading weights" bar per model in the chain
     report = verify(artifact, engine=args.engine, against=args.against, device=args.device, dtype=args.dtype,
                     serve=not args.no_serve, probe=read_probe(args.probe))
     if args.json:

@@ -163,10 +163,16 @@ def agreement(a: list[str], b: list[str]) -> float:
 
 
 def check_links(report: Report, nodes: list[Node], platform, requested: str) -> None:
+    import torch
+
     from swiftbox import parity as P
     from swiftbox.device import dtype_policy
 
     mask = nodes[0].batch_mask  # type: ignore[attr-defined]
+    for node in nodes:
+        if not all(bool(torch.isfinite(logits).all()) for logits in node.logits.values()):
+            report.add("parity", f"{node.label}: logits finite", False, f"{node.ref} computes NaN or inf logits on the "
+                       "probe: every answer would be garbage")
     for a, b in pairwise(nodes):
         name = f"{a.label} -> {b.label}"
         key_a, dt = link_keys(a, b, platform, requested)

@@ -1,18 +1,103 @@
 """verify, section "files": what must be on disk and loadable before anything is served.
 
 Weights are safetensors only and every shard's header reads; a quantized model stores its decoder linear
-layers quantized; the tokenizer loads; the chat template renders the probe conversations; the generation
-config stops at the template's end-of-turn token and does not turn sampling on by surprise.
+layers quantized; an adapter's config is one PEFT reads, its weights are finite, and it is a plain delta on its base
+(not trained with an initialisation that rewrote the base: PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA, until PEFT converts
+it); the tokenizer loads; the chat template renders the probe conversations; the generation config stops at the
+template's end-of-turn token and does not turn sampling on by surprise.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from swiftbox.verify.report import Report
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+# PEFT init_lora_weights values whose initialisation subtracts the adapter's start from the base weights
+# (peft/tuners/lora/layer.py: pissa_init, olora_init, corda_init, loftq_init, lora_ga_init): the trained adapter is
+# a delta on that rewritten base until save_pretrained(path_initial_model_for_weight_conversion=...) converts it
+BASE_REWRITING_PREFIXES = ("pissa", "olora", "corda", "loftq", "lora_ga")
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    return " ".join(str(exc).split())[:limit] or type(exc).__name__
+
+
+def rewrites_base(init) -> bool:
+    return isinstance(init, str) and init.lower().startswith(BASE_REWRITING_PREFIXES)
+
+
+def check_adapter(report: Report, label: str, folder: Path) -> bool:
+    """The adapter's config reads as PEFT reads it, says a plain delta, and its weights are finite."""
+    file = folder / "adapter_config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        report.add("files", f"{label}: config", False, f"adapter_config.json is not readable JSON ({_short(exc)})")
+        return False
+    problems = []
+    if not isinstance(config, dict):
+        problems.append(f"adapter_config.json holds a JSON {type(config).__name__}, not an object")
+    else:
+        problems += _config_problems(config)
+    if not problems:
+        try:
+            from peft import PeftConfig
+
+            PeftConfig.from_pretrained(str(folder))
+        except Exception as exc:  # noqa: BLE001 - a check: whatever PEFT refuses is the finding
+            problems.append(f"PEFT cannot read adapter_config.json ({_short(exc)})")
+    if problems:
+        report.add("files", f"{label}: config", False, "; ".join(problems))
+        return False
+    report.add("files", f"{label}: config", True, f"{config.get('peft_type', 'LORA')} r={config.get('r')}, a plain "
+               "delta on its base")
+    return check_finite(report, label, sorted(folder.glob("*.safetensors")))
+
+
+def _config_problems(config: dict) -> list[str]:
+    problems = []
+    if config.get("peft_type", "LORA") != "LORA":
+        problems.append(f"peft_type {config.get('peft_type')!r}: swiftbox serves and merges LoRA adapters")
+    r, alpha = config.get("r"), config.get("lora_alpha", 8)
+    if not (isinstance(r, int) and not isinstance(r, bool) and r >= 1):
+        problems.append(f"r {r!r} is not a positive integer")
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha)):
+        problems.append(f"lora_alpha {alpha!r} is not a finite number")
+    init = config.get("init_lora_weights", True)
+    if rewrites_base(init):
+        problems.append(f"init_lora_weights {init!r} rewrote the base weights while training, so this adapter is a "
+                        "delta on that rewritten base, not on the base it names; convert it to a plain LoRA with PEFT "
+                        "(model.save_pretrained(out, path_initial_model_for_weight_conversion=<the adapter saved "
+                        "before training>)) and verify the converted one")
+    elif not (isinstance(init, bool) or init in ("gaussian", "eva", "orthogonal", "mica")):
+        problems.append(f"init_lora_weights {init!r} is not one PEFT knows")
+    return problems
+
+
+def check_finite(report: Report, label: str, shards: list[Path]) -> bool:
+    """Every floating tensor finite (adapters are small enough to read whole, one tensor at a time)."""
+    import torch
+    from safetensors import safe_open
+
+    bad: list[str] = []
+    for file in shards:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():  # noqa: SIM118 - a safe_open handle is not iterable
+                    tensor = handle.get_tensor(name)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        bad.append(name)
+        except Exception as exc:  # noqa: BLE001 - safetensors' own error types
+            report.add("files", f"{label}: weights finite", False, f"{file.name} cannot be read ({_short(exc, 140)})")
+            return False
+    report.add("files", f"{label}: weights finite", not bad,
+               f"{len(bad)} tensor(s) hold NaN or inf (e.g. {bad[0]}): every answer through it would be garbage"
+               if bad else "no NaN or inf")
+    return not bad
 
 
 def check_weights(report: Report, label: str, folder: Path) -> bool:

@@ -55,6 +55,6 @@ def print_table(report: Report) -> None:
         table.add_row(c.section, c.name, f"[{style}]{c.status}[/{style}]", c.detail)
     console = Console()
     console.print(table)
-    for c in report.failures:  # one line each, naming what is wrong
-        console.print(f"FAIL {c.line()}", markup=False, highlight=False)
+    for c in report.failures:  # one line each, naming what is wrong (never wrapped at the terminal's width)
+        console.print(f"FAIL {c.line()}", markup=False, highlight=False, soft_wrap=True)
     console.print("verdict: " + ("ok" if report.ok else f"{len(report.failures)} check(s) failed"))

@@ -19,7 +19,7 @@ from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.serving.builtin.engine import QueueFull
 from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
-from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, queue_full
+from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
 from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
 from swiftbox.serving.responses import DONE, Entry, LogprobFormatter, Output, ResponseBuilder, error_event, output
 
@@ -53,6 +53,11 @@ class BuiltinBackend:
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
+
+    def public(self, text: str) -> str:
+        """An error message without the server's paths: the model's directory becomes its served name."""
+        where = str(getattr(self.tokenizer, "name_or_path", "") or "")
+        return public_text(text, {where: self.model_names()[0]} if where else {})
 
     async def healthy(self) -> bool:
         thread = self.engine._thread
@@ -104,7 +109,7 @@ class BuiltinBackend:
         try:
             text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
         except UserError as exc:  # the template rejects the conversation (roles, order, ...)
-            raise ApiError(400, str(exc), param="messages", code="chat_template_error") from None
+            raise ApiError(400, self.public(str(exc)), param="messages", code="chat_template_error") from None
         return self.encode(text, "messages", add_special_tokens=False)
 
     def answer_parser(self, req):
@@ -292,7 +297,8 @@ class Run:
                 open_.discard(i)
                 yield i, stream.flush(), "stop" if value in ("stop", "cancelled") else value
             else:
-                raise ApiError(503, f"generation failed: {value}", type="server_error", code="engine_error")
+                raise ApiError(503, self.backend.public(f"generation failed: {value}"), type="server_error",
+                               code="engine_error")
 
     def usage(self) -> Usage:
         return usage(len(self.prompt), sum(self.tokens))
