@@ -39,7 +39,8 @@ def bundled(kind: str) -> list[str]:
     if kind == "pt":
         return [display(BUNDLED_TEXT)] if BUNDLED_TEXT.is_file() else []
     files = sorted(BUNDLED.glob("*.jsonl")) if BUNDLED.is_dir() else []
-    mine = [f for f in files if f.stem.endswith(kind)]
+    # the toy quickstart's task first (the menu's default model is the toy), then the real-model files
+    mine = sorted((f for f in files if f.stem.endswith(kind)), key=lambda f: not f.stem.startswith("parity"))
     return [display(f) for f in mine]
 
 
