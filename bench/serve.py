@@ -54,24 +54,14 @@ def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
     FLOPs). Not model_type qwen2: transformers 5.23 loads every qwen2 checkpoint's tokenizer as its own
     byte-level BPE class, which turns this word-level vocabulary into empty prompts."""
     shape = {**QWEN25_05B, "num_hidden_layers": layers}
-    target = cache / f"qwen2.5-0.5b-shape-llama-random-L{layers}"
+    # "-t2": the tokenizer of earlier builds put <unk> and w0 on one id and could not encode "user"
+    target = cache / f"qwen2.5-0.5b-shape-llama-random-L{layers}-t2"
     if (target / "model.safetensors").is_file():
         return target, shape
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {f"w{i}": i for i in range(shape["vocab_size"] - len(specials))}
-    vocab["<unk>"] = 0
-    for i, s in enumerate(specials):
-        vocab[s] = shape["vocab_size"] - len(specials) + i
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="<unk>", model_max_length=shape["max_position_embeddings"])
-    fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    fast.chat_template = CHATML
+    fast, vocab = word_tokenizer(shape["vocab_size"], shape["max_position_embeddings"])
     torch.manual_seed(0)
     config = LlamaConfig(**shape, attention_bias=True, bos_token_id=vocab["<|endoftext|>"],
                          eos_token_id=vocab["<|im_end|>"])
@@ -80,10 +70,51 @@ def build_model(layers: int, cache: Path) -> tuple[Path, dict]:
     model.save_pretrained(tmp)
     fast.save_pretrained(tmp)
     loaded = AutoTokenizer.from_pretrained(tmp)   # as both servers will load it
-    if loaded("w1 w2")["input_ids"] != [1, 2] or loaded.decode([1, 2]) != "w1 w2":
-        raise RuntimeError(f"the bench tokenizer does not round-trip when loaded as {type(loaded).__name__}")
+    problem = tokenizer_problem(loaded)
+    if problem:
+        raise RuntimeError(f"the bench tokenizer, loaded as {type(loaded).__name__}: {problem}")
     os.replace(tmp, target)
     return target, shape
+
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ROLES = ["system", "user", "assistant", "tool"]   # the words a chat template writes besides the content
+
+
+def word_tokenizer(vocab_size: int, max_length: int):
+    """A word-level tokenizer of exactly `vocab_size` ids, each on one word: w0, w1, ... then <unk>, the chat
+    roles and the ChatML specials at the top. Returns (PreTrainedTokenizerFast, vocab)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    top = ["<unk>", *ROLES, *SPECIALS]
+    vocab = {f"w{i}": i for i in range(vocab_size - len(top))}
+    vocab.update({word: vocab_size - len(top) + i for i, word in enumerate(top)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="<unk>", model_max_length=max_length)
+    fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    fast.chat_template = CHATML
+    return fast, vocab
+
+
+def tokenizer_problem(tok) -> str | None:
+    """What keeps `tok` from serving the bench's requests (None: nothing): words must round-trip and every chat
+    role must encode to its own id through the template."""
+    if tok("w1 w2")["input_ids"] != [1, 2] or tok.decode([1, 2]) != "w1 w2":
+        return "'w1 w2' does not round-trip"
+    try:
+        text = tok.apply_chat_template([{"role": r, "content": "w1"} for r in ROLES], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+    except Exception as exc:   # noqa: BLE001 - the tokenizers library raises a bare Exception
+        return f"a chat does not encode ({exc})"
+    if tok.unk_token_id in ids:
+        return "a chat role encodes to <unk>"
+    if len(set(tok.get_vocab().values())) != len(tok.get_vocab()):
+        return "two words share an id"
+    return None
 
 
 def request_set(n: int, seed: int = 0) -> list[dict]:

@@ -14,7 +14,8 @@ swiftbox's defaults, a plain HF Trainer, ms-swift and LLaMA-Factory (installed o
 ~/.cache/swiftbox/peers/), each in its own process, interleaved round by round; ONE JSON line with medians and
 spreads, `vs_best_peer` and `vs_hf`:
 
-    ./launch.sh bench sft --peers [--method sft|dpo] [--rounds 3] [--quick] [--sides swiftbox,hf,ms-swift,...]
+    ./launch.sh bench sft --peers [--model smollm2-135m-instruct|DIR|toy] [--method sft|dpo] [--rounds 3] [--quick]
+                                  [--peer-rows N] [--sides swiftbox,hf,ms-swift,...] [--no-profile]
 """
 from __future__ import annotations
 
@@ -187,7 +188,12 @@ def peers_main(opts) -> None:
     if opts.collect:
         print(json.dumps(run.collect(Path(opts.collect), opts.method, sides)))
         return
-    print(json.dumps(run.main(opts.method, opts.rounds, ",".join(sides), opts.quick, opts.peer_rows)))
+    try:
+        print(json.dumps(run.main(opts.method, opts.rounds, ",".join(sides), opts.quick, opts.peer_rows,
+                                  model_ref=opts.model or run.DEFAULT_MODEL, profile=not opts.no_profile)))
+    except ValueError as exc:
+        print(f"bench sft: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,13 +211,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="--peers: 64 rows / 16 pairs, one round")
     ap.add_argument("--collect", default=None, help="--peers: summarise an interrupted run's directory instead")
     ap.add_argument("--peer-rows", type=int, default=None, help="--peers: train on the first N rows / pairs only")
+    ap.add_argument("--model", default=None, help="--peers: the model every side trains (registry name or local "
+                    "directory; default smollm2-135m-instruct; 'toy' = the earlier toy-vocabulary job)")
+    ap.add_argument("--no-profile", action="store_true", help="--peers: skip the untimed swiftbox profile run")
     ap.add_argument("--sides", default=None, help="--peers: comma list (swiftbox,hf,ms-swift,llamafactory; "
                     "swiftbox+FLAG runs a swiftbox variant)")
     opts = ap.parse_args(argv)
     if opts.peers:
         return peers_main(opts)
-    if opts.method != "sft" or opts.quick or opts.rounds is not None or opts.sides or opts.peer_rows or opts.collect:
-        ap.error("--method, --rounds, --quick, --sides, --peer-rows and --collect go with --peers")
+    if (opts.method != "sft" or opts.quick or opts.rounds is not None or opts.sides or opts.peer_rows or opts.collect
+            or opts.model or opts.no_profile):
+        ap.error("--method, --rounds, --quick, --sides, --peer-rows, --collect, --model and --no-profile go with "
+                 "--peers")
 
     import tempfile
 

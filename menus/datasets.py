@@ -12,6 +12,7 @@ from typing import Union
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "recipes" / "data"
+BUNDLED_TEXT = ROOT / "swiftbox" / "assets" / "shakespeare.txt"     # raw text for pt (assets/README.md)
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
 # the row shapes each step reads (any one key set is enough)
@@ -34,7 +35,9 @@ def display(path: Path) -> str:
 
 
 def bundled(kind: str) -> list[str]:
-    """Bundled data files meant for a step kind (parity_sft.jsonl for sft, ...)."""
+    """Bundled data files meant for a step kind (parity_sft.jsonl for sft, shakespeare.txt for pt, ...)."""
+    if kind == "pt":
+        return [display(BUNDLED_TEXT)] if BUNDLED_TEXT.is_file() else []
     files = sorted(BUNDLED.glob("*.jsonl")) if BUNDLED.is_dir() else []
     mine = [f for f in files if f.stem.endswith(kind)]
     return [display(f) for f in mine]
@@ -43,6 +46,8 @@ def bundled(kind: str) -> list[str]:
 def check(kind: str, raw: str) -> Union[bool, str]:
     """True, or one line saying what is wrong with the dataset path `raw` for step `kind`."""
     text = raw.strip()
+    if kind == "pt":
+        return _check_text(text)
     if not text:
         return "type a path to a .jsonl, .json or .parquet file"
     path = Path(text.split("#", 1)[0]).expanduser()
@@ -71,4 +76,18 @@ def check(kind: str, raw: str) -> Union[bool, str]:
     if shapes and not any(shape <= row.keys() for shape in shapes):
         wanted = " | ".join("/".join(sorted(s)) for s in shapes)
         return f"{path}: columns {sorted(row)} do not fit {kind}; expected {wanted}"
+    return True
+
+
+def _check_text(text: str) -> Union[bool, str]:
+    """pt's raw text: a .txt / .jsonl file or a directory of them (swiftbox.data.texts reads it)."""
+    from swiftbox.data.texts import text_files
+    from swiftbox.errors import UserError
+
+    if not text:
+        return "type a path to a .txt or .jsonl file, or a directory of them"
+    try:
+        text_files(text)
+    except UserError as exc:
+        return str(exc)
     return True

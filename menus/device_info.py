@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -20,6 +20,7 @@ class DeviceFacts:
     free_gib: Optional[float]
     dtype: str
     refusals: dict = field(default_factory=dict)   # feature -> "why; use X instead"
+    platform: Any = None                           # the Platform itself (None in tests that only fake the facts)
 
     def why_not(self, feature: str) -> Optional[str]:
         return self.refusals.get(feature)
@@ -46,7 +47,8 @@ def collect() -> DeviceFacts:
             refusals[feature] = f"{refusal.why}; use {refusal.instead}"
     gib = (lambda b: b / 2**30 if b else None)
     return DeviceFacts(name=platform.name, count=platform.device_count(), memory_gib=gib(mem.total_bytes),
-                       free_gib=gib(mem.free_bytes), dtype=platform.default_dtype(), refusals=refusals)
+                       free_gib=gib(mem.free_bytes), dtype=platform.default_dtype(), refusals=refusals,
+                       platform=platform)
 
 
 class DeviceProbe:

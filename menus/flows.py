@@ -95,6 +95,17 @@ SFT = Flow(
     lambda st: _train_settings("sft", st, {}),
 )
 
+PT = Flow(
+    "pt", "Continue pre-training (raw text)",
+    lambda s: [("model", q.model(s, "Model to continue pre-training:", types=("model",), task="pt")),
+               ("dataset", q.dataset(s, "pt", "Raw text (.txt, .jsonl with a text column, or a directory):")),
+               ("method", q.method(s, "pt")),
+               ("rank", q.lora_rank("pt")),
+               ("epochs", q.number("epochs", "Epochs:", "pt", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "pt"))],
+    lambda st: _train_settings("pt", st, {}),
+)
+
 DPO = Flow(
     "dpo", "Align (DPO)",
     lambda s: [("model", q.model(s, "Model or SFT adapter to align:", task="dpo")),
@@ -147,14 +158,53 @@ RM = _preference_flow(
 
 # -- using a model ------------------------------------------------------------------------------
 
+def _eval_what(state: dict):
+    from swiftbox.benchmarks.harness import missing_extra
+
+    return q.pick("Evaluate with:", "what", [
+        ("my own file  (questions with reference answers)", "own"),
+        ("standard benchmarks  (MMLU, GSM8K, ARC, HellaSwag, IFEval through lm-evaluation-harness, offline)",
+         "bench", missing_extra())], "own")(state)
+
+
+def _only(what: str, ask):
+    """Ask `ask` only on the `what` branch of the Evaluate screen."""
+    return lambda state: ask(state) if state.get("what") == what else Auto(None)
+
+
+def _benchmarks(state: dict):
+    from swiftbox.benchmarks.catalog import resolve
+    from swiftbox.errors import UserError
+
+    def check(raw: str):
+        try:
+            return bool(resolve([n for n in raw.split(",") if n.strip()])) or "name at least one benchmark"
+        except UserError as exc:
+            return str(exc)
+
+    return widgets.text("Benchmarks (comma-separated; the shipped slices are used offline):",
+                        default=state.get("benchmark") or "gsm8k,mmlu,arc,hellaswag,ifeval", validate=check)
+
+
+def _eval_step(state: dict) -> dict:
+    if state.get("what") == "bench":
+        return {"benchmark": [n.strip() for n in state["benchmark"].split(",") if n.strip()], "limit": state["limit"]}
+    return _clean({"dataset": state["dataset"], "match": state["match"]})
+
+
 EVAL = Flow(
     "eval", "Evaluate",
     lambda s: [("model", q.model(s, "Model or adapter to evaluate:")),
-               ("dataset", q.dataset(s, "eval", "Questions with reference answers:")),
-               ("match", q.pick("Count an answer right when it", "match",
-                                [("matches exactly", "exact"), ("contains the reference", "contains")], "exact")),
+               ("what", _eval_what),
+               ("dataset", _only("own", q.dataset(s, "eval", "Questions with reference answers:"))),
+               ("match", _only("own", q.pick("Count an answer right when it", "match",
+                                             [("matches exactly", "exact"), ("contains the reference", "contains")],
+                                             "exact"))),
+               ("benchmark", _only("bench", _benchmarks)),
+               ("limit", _only("bench", lambda st: widgets.number("Rows per benchmark:", st.get("limit") or 20, int,
+                                                                  1, 10**9))),
                ("output", q.output(s, "eval"))],
-    lambda st: _clean({"dataset": st["dataset"], "match": st["match"]}),
+    _eval_step,
 )
 
 
@@ -176,14 +226,27 @@ CHAT = Flow(
 )
 
 
+def engine_refusal(facts, model: Optional[str], engine: str) -> Optional[str]:
+    """Why `engine` cannot serve `model` here (None: it can): the platform first, then the model's own files, by
+    the engine-fit rules serve and verify apply (swiftbox/serving/fit.py)."""
+    why = facts.why_not(engine) if facts and engine == "vllm" else None
+    if why or not model or facts is None or facts.platform is None:
+        return why
+    from swiftbox.serving.fit import artifact_problems
+
+    problems = artifact_problems(model, engine, facts.platform)
+    return f"cannot serve this model: {problems[0]}" if problems else None
+
+
 def _serve_questions(s: MenuSession) -> list:
     def engine(state: dict):
         facts = s.probe.facts()
-        why = facts.why_not("vllm") if facts else None
+        model = state.get("model")
         return q.pick("Engine:", "engine", [
             ("auto  (vLLM where it runs, else built-in)", "auto"),
-            ("built-in  (transformers + continuous batching, any device)", "builtin"),
-            ("vLLM", "vllm", why)], "auto")(state)
+            ("built-in  (transformers + continuous batching, any device)", "builtin",
+             engine_refusal(facts, model, "builtin")),
+            ("vLLM", "vllm", engine_refusal(facts, model, "vllm"))], "auto")(state)
 
     return [("model", q.model(s, "Model or adapter to serve:")),
             ("engine", engine),
@@ -296,4 +359,4 @@ GRPO = Flow(
     lambda st: _train_settings("grpo", st, {"rewards": [st["reward"]], "num_generations": st["num_generations"]}),
 )
 
-FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, PT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}

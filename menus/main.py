@@ -19,6 +19,7 @@ from swiftbox.errors import SwiftboxError
 ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no pydantic schema
     ("download", "Download a model"),
     ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)"),
+    ("pt", "Continue pre-training (raw text)"),
     ("align", "Align (DPO, KTO, ORPO, SimPO, reward model)"),
     ("chat", "Chat with a model"),
     ("eval", "Evaluate"),
@@ -34,6 +35,8 @@ ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no
 # what to offer after a step finished: (next step, title); merge only when the output is an adapter
 NEXT = {
     "download": [("sft", "Fine-tune it"), ("chat", "Chat with it"), ("eval", "Evaluate it")],
+    "pt": [("sft", "Fine-tune it (SFT)"), ("chat", "Chat test"), ("merge", "Merge the adapter"),
+           ("eval", "Evaluate it")],
     "sft": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it"), ("align", "Align it")],
     **{kind: [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it")]
        for kind in ("dpo", "kto", "orpo", "simpo", "grpo")},
@@ -144,7 +147,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     if not options:
         return None
     found = describe(output)
-    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "dpo", "kto", "orpo", "simpo", "grpo")
+    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "pt", "dpo", "kto", "orpo", "simpo", "grpo")
     choices = []
     for step, title in options:
         if step == "merge" and not is_adapter:

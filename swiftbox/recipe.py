@@ -160,11 +160,12 @@ def check_step_references(steps: list[Step], source: str = "<dict>") -> None:
     used: dict[str, int] = {}
     earlier: list[str] = []
     for step in steps:
-        ref = step.config.model
-        if ref and ref.startswith("@") and ref[1:] not in earlier:
-            known = ", ".join("@" + n for n in earlier) or "none"
-            raise UserError(f"{source}: steps[{step.index}].{step.kind}.model {ref}: not an earlier step that "
-                            f"produces a model (those before it: {known})")
+        refs = [("model", step.config.model)] + [("compare", r) for r in getattr(step.config, "compare", None) or []]
+        for field, ref in refs:
+            if ref and ref.startswith("@") and ref[1:] not in earlier:
+                known = ", ".join("@" + n for n in earlier) or "none"
+                raise UserError(f"{source}: steps[{step.index}].{step.kind}.{field} {ref}: not an earlier step that "
+                                f"produces a model (those before it: {known})")
         used[step.kind] = used.get(step.kind, 0) + 1
         if load_pipeline(step.kind).produces_model:
             earlier.append(step.kind if used[step.kind] == 1 else f"{step.kind}-{used[step.kind]}")

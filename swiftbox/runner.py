@@ -62,6 +62,7 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
     check_summary_replaceable(root / "summary.json")       # before anything is written there
     logs.attach(root / LOG_FILE)
     logs.quiet_gptqmodel()
+    logs.quiet_progress_bars()
     summary: dict[str, Any] = {"recipe": recipe.name, "source": recipe.source, "device": platform.name,
                                "started": _now(), "steps": []}
     current = recipe.header.model
@@ -102,7 +103,10 @@ def run_recipe(recipe: Union[str, Path, dict, Recipe], overrides: Iterable[str] 
 def _earlier_model(step: Step, models: dict[str, str]) -> Optional[str]:
     """The step's own model:, where `@sft` (`@sft-2` for the second sft, ...) names an earlier step's model output
     in this recipe, wherever --runs-root or output: put it."""
-    ref = step.config.model
+    return _earlier_ref(step.config.model, step, models)
+
+
+def _earlier_ref(ref: Optional[str], step: Step, models: dict[str, str]) -> Optional[str]:
     if not ref or not ref.startswith("@"):
         return ref
     if ref not in models:
@@ -120,18 +124,26 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     if model_ref is None and pipeline.needs_input:
         raise UserError(f"steps[{step.index}].{step.kind}: no input model: set the recipe's model: or the step's "
                         "model:")
+    compare = getattr(cfg, "compare", None)
+    if compare:                                         # eval's other models may name earlier steps too (@sft)
+        cfg = cfg.model_copy(update={"compare": [_earlier_ref(r, step, models) for r in compare]})
     pipeline.check(cfg, platform)                       # refusals (exit 2/3) while nothing is on disk
     output = Path(cfg.output) if cfg.output else default_out
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),
                           owned=cfg.output is None)
     ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "", work_dir=work,
                       output=output, platform=platform, header_devices=recipe.header.devices)
+    plan = pipeline.dtype_plan(cfg, ctx)           # the one dtype policy (swiftbox/device/dtype_policy.py)
     if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
-        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name})")
+        dtypes = f"; {plan.describe()}" if plan is not None else ""
+        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{dtypes})")
     started = time.time()
     try:
         result = pipeline.execute(cfg, ctx)
-        write_json_atomic(work / MANIFEST, _manifest(recipe, step, ctx, result, started))
+        manifest = _manifest(recipe, step, ctx, result, started)
+        if plan is not None:
+            manifest.setdefault("dtype_plan", plan.as_dict())
+        write_json_atomic(work / MANIFEST, manifest)
         commit_output(work, output)
     except SwiftboxError:
         raise

@@ -121,6 +121,10 @@ class TrainBase(StepBase):
     fsdp: Optional[str] = Field(None, description="transformers FSDP options, e.g. 'full_shard auto_wrap'")
     profile: Optional[ProfileConfig] = Field(None, description="profiler window (docs/training.md); `profile: {}` "
                                              "takes the defaults")
+    streaming: bool = Field(False, description="read the dataset lazily (jsonl; pt also .txt) through a shuffle "
+                            "buffer, so data larger than memory trains with flat memory; needs max_steps (sft, pt)")
+    shuffle_buffer: int = Field(10_000, ge=1, le=10**7, description="streaming: rows held and drawn from at random "
+                                "(1: file order)")
 
     @field_validator("profile", mode="before")
     @classmethod
@@ -143,6 +147,18 @@ class TrainBase(StepBase):
         if value == 0:
             raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
+
+    @model_validator(mode="after")
+    def _streaming(self) -> TrainBase:
+        if not self.streaming:
+            return self
+        kind = next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+        if kind not in STREAMING_STEPS:
+            raise ValueError(f"streaming: the {kind} step reads its dataset into memory; streaming is available in "
+                             f"{', '.join(STREAMING_STEPS)}")
+        if self.max_steps < 1:
+            raise ValueError(f"streaming: the {kind} step needs max_steps (a stream has no length to count epochs by)")
+        return self
 
     @field_validator("deepspeed")
     @classmethod
@@ -184,6 +200,26 @@ class SftStep(TrainBase):
                                     "measured fastest mode (packing on every device so far)")
     group_by_length: Optional[bool] = Field(None, description="batch samples of similar length together; default: "
                                             "on when batches are padded")
+
+
+class PtStep(TrainBase):
+    """continued pre-training on raw text: .txt, jsonl `text`, or a directory of them (every token trains)"""
+
+    dataset: Union[str, list[str]] = Field(..., description=".txt files (a document per paragraph), .jsonl files "
+                                           "with a `text` column, or directories of them")
+    eval_dataset: Optional[Union[str, list[str]]] = Field(None, description="held-out text for perplexity before and "
+                                                          "after; default: the first `heldout` documents of dataset")
+    block_size: int = Field(1024, ge=8, le=10**6, description="tokens per training row: documents joined with eos "
+                            "and cut into blocks (one document per row, cut to this, where packing is not exact)")
+    heldout: int = Field(32, ge=0, le=100_000, description="without eval_dataset: the first N documents are kept out "
+                         "of training and scored before and after (0: no perplexity)")
+
+    @model_validator(mode="after")
+    def _block_size_is_length(self) -> PtStep:
+        if "max_length" in self.model_fields_set and self.max_length != self.block_size:
+            raise ValueError("pt cuts text into blocks of block_size tokens; set block_size, not max_length")
+        self.max_length = self.block_size
+        return self
 
 
 class DpoStep(TrainBase):
@@ -271,7 +307,7 @@ class GrpoStep(TrainBase):
     @field_validator("rewards")
     @classmethod
     def _reward_specs(cls, value: list[str]) -> list[str]:
-        from swiftbox.training.rewards import parse_spec
+        from swiftbox.reward_spec import parse_spec
 
         if not value:
             raise ValueError("name at least one reward, e.g. [exact]")
@@ -294,15 +330,62 @@ class GrpoStep(TrainBase):
 
 
 class EvalStep(StepBase):
-    """accuracy on a question/answer file and perplexity"""
+    """accuracy on your own question/answer file, perplexity, or standard benchmarks (MMLU, GSM8K, ARC, HellaSwag,
+    IFEval) through lm-evaluation-harness on local files"""
 
     dataset: Optional[str] = Field(None, description="jsonl with questions and reference answers")
     match: Literal["exact", "contains"] = Field("exact", description="how a generated answer is compared")
     perplexity: Optional[str] = Field(None, description="text/jsonl file to measure perplexity on")
     max_new_tokens: int = Field(16, ge=1, le=100_000)
-    limit: Optional[int] = Field(None, ge=1, le=BIG, description="evaluate only the first N rows")
+    limit: Optional[int] = Field(None, ge=1, le=BIG, description="evaluate only the first N rows (benchmarks: per "
+                                 "task)")
     batch_size: int = Field(16, ge=1, le=65536)
     dtype: Dtype = "auto"
+    benchmark: Optional[list[str]] = Field(None, description="standard benchmarks, comma-separated: mmlu, gsm8k, "
+                                           "arc (arc_challenge), arc_easy, hellaswag, ifeval ([eval] extra)")
+    compare: Optional[list[str]] = Field(None, description="benchmarks: more models scored the same way, one table "
+                                         "column each (on the command line: more positional models)")
+    data_dir: Optional[str] = Field(None, description="benchmarks: folder of Hugging Face datasets in their own "
+                                    "layout (DIR/openai/gsm8k/main/test-*.parquet); default: the shipped slices")
+    benchmark_data: Optional[dict[str, str]] = Field(None, description="benchmarks: name=path for one benchmark's "
+                                                     "dataset folder or scored-split file")
+    shots: Optional[int] = Field(None, ge=0, le=64, description="benchmarks: few-shot examples (default: each "
+                                 "task's own)")
+    chat_template: bool = Field(False, description="benchmarks: format prompts with the model's chat template")
+    max_gen_tokens: Optional[int] = Field(None, ge=1, le=100_000, description="benchmarks: cap on generated tokens "
+                                          "per answer (default: each task's own, e.g. gsm8k 256, ifeval 1280)")
+    url: Optional[str] = Field(None, description="benchmarks: score a running OpenAI-compatible server instead of "
+                               "loading the model")
+    api: Literal["chat", "completions"] = Field("chat", description="benchmarks with --url: chat completions "
+                                                "(generation tasks) or completions (also log-likelihood tasks)")
+    api_key: Optional[str] = Field(None, description="benchmarks with --url: the server's API key")
+    served_model: Optional[str] = Field(None, description="benchmarks with --url: the model name to ask for "
+                                        "(default: the server's first)")
+
+    @field_validator("benchmark", mode="before")
+    @classmethod
+    def _benchmarks(cls, value: Any) -> Any:
+        """`--benchmark gsm8k,mmlu` and `[gsm8k, mmlu]` mean the same."""
+        if value is None:
+            return value
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError("expected benchmark names, e.g. gsm8k,mmlu or [gsm8k, mmlu]")
+        items = [value] if isinstance(value, str) else list(value)
+        names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
+        if not names:
+            raise ValueError("name at least one benchmark, e.g. gsm8k,mmlu")
+        from swiftbox.benchmarks.catalog import resolve
+        from swiftbox.errors import UserError
+
+        try:
+            return [b.name for b in resolve(names)]
+        except UserError as exc:
+            raise ValueError(str(exc).removeprefix("benchmark: ")) from None
+
+    @field_validator("benchmark_data", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        return _parse_pairs(value)
 
 
 class DownloadStep(StepBase):
@@ -327,13 +410,13 @@ class MergeStep(StepBase):
 
     adapters: Optional[list[str]] = Field(None, description="adapter dirs to merge, in order; default: the input")
     base: Optional[str] = Field(None, description="base model; default: from the adapter's manifest")
-    dtype: Dtype = Field("auto", description="merge dtype; auto = the adapter's training compute dtype, else the "
-                                             "platform's")
+    dtype: Dtype = Field("auto", description="dtype the merged weights are saved in; auto = the base model's own. "
+                                             "The merge is computed and checked in float32 whatever this says")
     max_shard_size: str = Field("2GB", description="largest safetensors shard, e.g. 500MB, 5GB")
     probe: Optional[str] = Field(None, description="prompts to verify the merge on (.txt/.jsonl); default: built-in")
     tolerance: Optional[float] = Field(None, gt=0, le=1e6,
                                        description="fail when max |Δlogit| / max(1, max |logit|) exceeds "
-                                       "this; default 1e-4 in float32, 5e-2 in 16-bit")
+                                       "this; default 1e-4 (the merge is checked in float32)")
 
     @field_validator("max_shard_size")
     @classmethod
@@ -462,6 +545,8 @@ class ServeStep(StepBase):
     dtype: Dtype = "auto"
     quantization: Optional[Literal["bnb-4bit", "bnb-8bit"]] = Field(None, description="load-time quantization")
     smoke: bool = Field(False, description="start, ask one question with the openai client, check, stop")
+    smoke_prompt: str = Field("Is 7 even?", min_length=1, max_length=10_000,
+                              description="smoke: the question the openai client asks")
     startup_timeout: int = Field(900, ge=1, le=86400,
                                  description="vLLM engine: seconds to wait for the child to be healthy")
 
@@ -485,7 +570,8 @@ class ChatStep(StepBase):
     prompt: Optional[str] = Field(None, description="ask one question and exit")
     system: Optional[str] = None
     max_tokens: int = Field(256, ge=1, le=1_000_000)
-    temperature: float = Field(0.7, ge=0, le=2)
+    temperature: Optional[float] = Field(None, ge=0, le=2, description="default: the model's generation_config "
+                                         "(its sampling settings), greedy (0) where it has none")
     api_key: Optional[str] = None
     adapters: Optional[dict[str, str]] = None
     dtype: Dtype = "auto"
@@ -496,6 +582,7 @@ class ChatStep(StepBase):
         return _parse_pairs(value)
 
 
+STREAMING_STEPS = ("sft", "pt")      # the training steps that read their dataset lazily (streaming: true)
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
@@ -526,6 +613,7 @@ def _parse_pairs(value: Any) -> Any:
 STEP_TYPES: dict[str, type[StepBase]] = {
     "download": DownloadStep,
     "sft": SftStep,
+    "pt": PtStep,
     "dpo": DpoStep,
     "kto": KtoStep,
     "orpo": OrpoStep,

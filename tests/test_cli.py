@@ -31,14 +31,23 @@ def test_pipeline_help_comes_from_the_schema():
         assert flag in out.stdout
 
 
-def test_doctor_reports_cpu():
-    out = run_cli("doctor", "--json")
+@pytest.mark.parametrize(("mode", "dtype"), [("off", "float32"), ("on", "bfloat16")])
+def test_doctor_reports_cpu(mode, dtype, no_vllm_cpu):
+    """doctor names the dtype the CPU computes in (fp32 without native bf16, bf16 with it: SWIFTBOX_CPU_BF16 forces
+    either, so this holds on every CPU) and prints the dtype policy."""
+    out = run_cli("doctor", "--json", env={**no_vllm_cpu, "SWIFTBOX_CPU_BF16": mode})
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
-    assert info["platform"] == "cpu" and info["dtype"] == "float32" and info["dist_backend"] == "gloo"
-    assert info["capabilities"]["vllm"].startswith("no") and info["versions"]["torch"] != "not installed"
-    table = run_cli("doctor")
-    assert table.returncode == 0 and "capabilities" in table.stdout
+    assert info["platform"] == "cpu" and info["dtype"] == dtype and info["dist_backend"] == "gloo"
+    assert info["cpu_bf16"] == mode and info["env"]["SWIFTBOX_CPU_BF16"] == mode
+    assert info["capabilities"]["vllm"].startswith("no - vLLM's CPU build")
+    assert info["versions"]["torch"] != "not installed"
+    assert info["lock"]["files"][0] == "swiftbox/constraints/common.txt" and isinstance(info["lock"]["differs"], list)
+    policy = {row["step"]: row for row in info["dtype_policy"]}
+    assert policy["merge"]["compute"] == policy["merge"]["check"] == "float32"
+    assert policy["eval / serve / chat"]["compute"] == dtype
+    table = run_cli("doctor", env={**no_vllm_cpu, "SWIFTBOX_CPU_BF16": mode})
+    assert table.returncode == 0 and "capabilities" in table.stdout and "dtype policy" in table.stdout
 
 
 def test_requesting_npu_on_this_machine_exits_3(tmp_path):

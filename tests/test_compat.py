@@ -66,6 +66,29 @@ def test_gptqmodel_log_dir_is_a_module_global_it_reads(tmp_path):
     assert loop_processor._PROJECT_LOG_DIR == before
 
 
+def test_gptqmodel_looper_reports_each_layer_to_the_models_layer_callback():
+    pytest.importorskip("gptqmodel")
+    from gptqmodel.looper import module_looper, stage_layer
+
+    checked = compat.CHECKED_AGAINST["gptqmodel"]
+    assert 'getattr(model, "layer_callback", None)' in inspect.getsource(module_looper.ModuleLooper.__init__), \
+        f"gptqmodel {checked}'s ModuleLooper read the model's layer_callback; this one does not (no quantize progress)"
+    assert "submodule_finalized=True" in inspect.getsource(stage_layer), \
+        f"gptqmodel {checked} reported each finalized layer; this one does not"
+
+    class Model:          # what ModuleLooper.__init__ does with the model, then its own dispatch
+        pass
+
+    model, seen = Model(), []
+    looper = object.__new__(module_looper.ModuleLooper)
+    looper.gptq_model = model
+    with compat.gptqmodel_layer_callback(model, seen.append):
+        looper._layer_callback = getattr(model, "layer_callback", None)
+        looper.callbackup(layer_idx=2, submodule_finalized=False)       # quantized: not yet done
+        looper.callbackup(layer_idx=2, submodule_finalized=True)        # finalized: done
+    assert seen == [2] and not hasattr(model, "layer_callback")         # removed after
+
+
 def test_uvicorn_server_enters_capture_signals():
     import uvicorn
     import uvicorn.server
@@ -99,4 +122,66 @@ def test_every_patch_names_the_version_it_was_checked_against():
     text = Path(compat.__file__).read_text()
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
-    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers"}
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval", "gguf"}
+
+
+def test_trl_preference_preparation_is_where_the_pretokenized_patch_replaces_it():
+    import inspect
+
+    from trl import DPOTrainer, KTOTrainer
+
+    for cls in (DPOTrainer, KTOTrainer):
+        params = list(inspect.signature(cls._prepare_dataset).parameters)
+        assert params == ["self", "dataset", "processing_class", "args", "dataset_name"], cls
+        original = cls._prepare_dataset
+        with compat.trl_pretokenized(cls):
+            assert cls._prepare_dataset is not original
+        assert cls._prepare_dataset is original
+    assert "self.calculate_KL" in inspect.getsource(KTOTrainer)
+
+
+@pytest.mark.parametrize("name", ["orpo", "cpo"])
+def test_trl_experimental_row_tokenizers_read_the_bos_eos_helpers_from_their_module(name):
+    import importlib
+
+    module = importlib.import_module(f"{compat.TRL_EXPERIMENTAL[name][0]}.{name}_trainer")
+    before = module.add_eos_token_if_needed, module.add_bos_token_if_needed
+    with compat.trl_experimental_as_given(name):
+        assert module.add_eos_token_if_needed(0, "c", "r") == ("c", "r")
+    assert (module.add_eos_token_if_needed, module.add_bos_token_if_needed) == before
+
+
+def test_lm_eval_task_config_is_the_registered_task_in_full():
+    pytest.importorskip("lm_eval")
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+
+    root = Path(lm_eval.tasks.__file__).parent
+    manager = TaskManager(include_defaults=False, include_path=[str(root / "arc"), str(root / "hellaswag")])
+    cfg = compat.lm_eval_task_config(manager, "arc_challenge")
+    # arc_challenge.yaml is two lines over `include: arc_easy.yaml`: the include must come back resolved
+    assert cfg["task"] == "arc_challenge" and cfg["dataset_name"] == "ARC-Challenge"
+    assert cfg["doc_to_choice"] == "{{choices.text}}" and cfg["output_type"] == "multiple_choice"
+    hellaswag = compat.lm_eval_task_config(manager, "hellaswag")
+    assert callable(hellaswag["process_docs"]), "the !function hook must come back loaded"
+
+
+def test_gguf_types_transformers_dequantizes_are_where_the_import_reads_them():
+    """swiftbox.hub.gguf refuses a tensor type before converting; the lists it reads must still exist and still
+    mean what they meant (the legacy loader: gguf's own dequantize(); the newer one: transformers' kernels)."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, dequantize, quants
+
+    assert {"llama", "qwen2", "mistral"} <= compat.gguf_architectures()
+    legacy = compat.gguf_dequantizable_types("llama")
+    assert {"F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"} <= legacy
+    assert not {"F64", "I32", "Q8_1"} & legacy
+    for name in legacy - set(compat.GGUF_FLOAT_TYPES):         # each one really has a dequantizer
+        assert GGMLQuantizationType[name] in quants._type_traits
+    with pytest.raises(NotImplementedError):                    # and the refused ones really have none
+        dequantize(np.zeros(8, dtype=np.uint8), GGMLQuantizationType.F64)
+    from transformers.integrations.gguf import is_gguf_arch_supported
+
+    newer = next(iter(__import__("transformers.integrations.gguf.gguf_conversion_mapping",
+                                 fromlist=["GGUF_ARCHS"]).GGUF_ARCHS))
+    assert is_gguf_arch_supported(newer) and "Q4_K" in compat.gguf_dequantizable_types(newer)

@@ -75,7 +75,7 @@ def test_capability_refusals_name_an_alternative(monkeypatch):
         assert "instead" in str(err.value) and "npu" in str(err.value)
     assert "lora" in str(npu.why_not("qlora-bnb").instead)
     cpu = CpuPlatform()
-    assert not cpu.supports("vllm") and "builtin" in cpu.why_not("vllm").instead
+    assert not cpu.supports("vllm-colocate") and "generate" in cpu.why_not("vllm-colocate").instead
     with pytest.raises(ValueError):
         cpu.supports("warp-drive")
 
@@ -84,6 +84,7 @@ def test_cpu_defaults(monkeypatch):
     from swiftbox.device import cpu as cpu_module
 
     monkeypatch.setattr(cpu_module, "native_bf16_flags", lambda flags=None: [])
+    monkeypatch.setenv("SWIFTBOX_CPU_BF16", "auto")
     cpu = CpuPlatform()
     assert cpu.default_dtype() == "float32"
     assert cpu.training_args("float32")["use_cpu"] is True
@@ -123,7 +124,7 @@ def test_train_and_serve_read_devices_alike(kind):
 
 def test_vllm_tensor_parallel_follows_devices():
     from swiftbox.device import CudaPlatform
-    from swiftbox.pipelines.serve.engine_vllm import plan
+    from swiftbox.serving.vllm.plan import plan
     from swiftbox.steps import ServeStep
 
     for devices, tp, visible in [(2, "2", "0,1"), ("1,3", "2", "1,3"), ([3], "1", "3")]:
@@ -141,6 +142,8 @@ GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd bf16 sve\n"
 def test_native_bf16_is_read_from_cpu_flags(monkeypatch):
     """bf16 becomes the CPU default only with a native bf16 matmul unit (AMX / AVX512-BF16)."""
     from swiftbox.device import cpu as cpu_module
+
+    monkeypatch.setenv("SWIFTBOX_CPU_BF16", "auto")
 
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(AMD_EPYC_AVX2)) == []
     assert cpu_module.native_bf16_flags(cpu_module.cpu_flags(SAPPHIRE_RAPIDS)) == ["amx_bf16", "avx512_bf16"]

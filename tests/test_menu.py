@@ -54,7 +54,7 @@ FLOW_CASES = {
             {"dataset": SFT_DATA, "method": "lora", "lora": {"rank": 16, "alpha": 32}, "epochs": 1.0}, "toy"),
     "dpo": ([ENTER, ENTER, DOWN + DOWN + ENTER, ENTER, ENTER, ENTER, ENTER],
             {"dataset": "recipes/data/parity_dpo.jsonl", "method": "full", "beta": 0.1, "epochs": 1.0}, "toy"),
-    "eval": ([ENTER, ENTER, DOWN + ENTER, ENTER, ENTER],
+    "eval": ([ENTER, ENTER, ENTER, DOWN + ENTER, ENTER, ENTER],
              {"dataset": "recipes/data/parity_eval.jsonl", "match": "contains"}, "toy"),
     "chat": ([ENTER, DOWN + ENTER, ENTER, ENTER, ENTER], {"prompt": "Is 12345 odd?"}, "toy"),
     "quantize": ([ENTER, ESC, ENTER, ENTER, DOWN + ENTER, ENTER, ENTER, ENTER],
@@ -220,7 +220,8 @@ def test_every_registry_preset_is_offered(monkeypatch):
 
     monkeypatch.setattr(models, "PRESETS", ALL_PRESETS)
     refs = [o.ref for o in registry.model_options()]
-    assert refs[0] == "toy" and refs[1:] == [p.modelscope_id for p in models.PRESETS] and len(refs) > 5
+    assert refs[0] == "toy" and refs[1:] == [p.name if p.wheel else p.modelscope_id for p in models.PRESETS]
+    assert "smollm2-135m-instruct" in refs and len(refs) > 5
 
 
 # -- back / escape / ctrl-c -----------------------------------------------------------------------
@@ -351,7 +352,7 @@ def test_recent_artifacts_are_choices(tmp_path, monkeypatch, built):
     (adapter / "swiftbox.json").write_text(json.dumps({"kind": "sft", "artifact": "adapter", "base_model": "toy"}))
     (tmp_path / "runs" / "quick" / "sft.partial").mkdir()
     session = make_session(tmp_path)
-    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER]):  # the newest output is the first choice
+    with keys(monkeypatch, [ENTER, ENTER, ENTER, ENTER, ENTER, ENTER]):  # the newest output is the first choice
         outcome = run_flow(session, FLOWS["eval"])
     assert outcome.recipe["model"] == adapter.as_posix()
 

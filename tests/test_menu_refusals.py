@@ -126,3 +126,26 @@ def test_next_step_greys_what_the_device_refuses(tmp_path, monkeypatch):
     offered = {value: disabled for _title, value, disabled in screens[0]}
     assert "gptq is not available" in offered["quantize"]
     assert offered["serve"] is None and offered[BACK] is None
+
+
+def test_serve_greys_out_an_engine_by_the_engine_fit_rules_serve_applies(tmp_path):
+    """The serve flow's engine question reads swiftbox/serving/fit.py, as serve and verify do: a DoRA adapter
+    greys out the built-in engine (PEFT cannot pick it per row) and vLLM (no DoRA), each with the reason."""
+    from menus.flows import engine_refusal
+    from swiftbox.device.cpu import CpuPlatform
+
+    def adapter(name: str, **config) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8,
+                                                                "base_model_name_or_path": "toy", **config}))
+        return str(folder)
+
+    facts = DeviceFacts(**{**FACTS.__dict__, "refusals": {}, "platform": CpuPlatform()})
+    dora, plain = adapter("dora", use_dora=True), adapter("plain")
+    assert "DoRA" in (engine_refusal(facts, dora, "builtin") or "")
+    assert "DoRA" in (engine_refusal(facts, dora, "vllm") or "")
+    assert engine_refusal(facts, plain, "builtin") is None
+    assert engine_refusal(facts, "toy", "builtin") is None          # a reference, not a folder: nothing to read
+    refused = DeviceFacts(**{**FACTS.__dict__, "refusals": {"vllm": "no vLLM here; use builtin"}})
+    assert engine_refusal(refused, plain, "vllm") == "no vLLM here; use builtin"   # the platform's reason first

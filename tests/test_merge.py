@@ -10,6 +10,8 @@ import pytest
 from swiftbox.errors import SwiftboxError, UserError
 from tests.adapters import make_adapter, one_line_error, shared_adapter
 
+pytestmark = pytest.mark.dtype   # ./launch.sh test runs these again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
+
 PROMPTS = ["<|im_start|>user\nIs 4821 even?<|im_end|>\n<|im_start|>assistant\n", "Mountains and rivers, 12345"]
 
 

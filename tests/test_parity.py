@@ -8,6 +8,8 @@ import pytest
 from swiftbox.errors import UserError
 from tests.adapters import shared_adapter, shared_merged
 
+pytestmark = pytest.mark.dtype   # ./launch.sh test runs these again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
+
 
 def test_adapter_and_its_merge_agree_and_differ_from_the_base(toy_dir):
     import swiftbox as sb

@@ -41,7 +41,7 @@ def test_profiled_sft_loads_in_tensorboard_plugin_adds_up_and_keeps_the_losses(t
     summary = json.loads((prof_dir / "profile" / "summary.json").read_text())
     assert summary["steps_recorded"] == 2 and summary["window"]["active"] == 2
     shares = summary["phase_share"]
-    assert set(shares) == {"data_wait", "forward", "backward", "optimizer", "other"}
+    assert set(shares) == {"data_wait", "lm_head_loss", "forward", "backward", "optimizer", "other"}
     assert all(v >= 0 for v in shares.values()) and math.isclose(sum(shares.values()), 1.0, abs_tol=1e-9)
     assert shares["forward"] > 0.05 and shares["backward"] > 0.05 and shares["optimizer"] > 0
     ms = summary["phase_ms"]

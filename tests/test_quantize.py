@@ -200,6 +200,7 @@ def test_group_size_is_fitted_to_layer_widths(toy_dir):
     assert fit_group_size(-1, {100}) == (-1, None)
 
 
+@pytest.mark.dtype
 def test_bnb_load_configs(toy_dir):
     import torch
 
@@ -207,8 +208,10 @@ def test_bnb_load_configs(toy_dir):
     from swiftbox.modeling.loading import bnb_config, load_model, resolve_spec
 
     cpu = current_platform("cpu")
-    four = bnb_config("bnb-4bit", cpu)
-    assert four.load_in_4bit and four.bnb_4bit_quant_type == "nf4" and four.bnb_4bit_compute_dtype == torch.float32
+    four = bnb_config("bnb-4bit", cpu)    # computes in the platform's dtype (fp32, or bf16 on a bf16-native CPU)
+    assert four.load_in_4bit and four.bnb_4bit_quant_type == "nf4"
+    assert four.bnb_4bit_compute_dtype == getattr(torch, cpu.default_dtype())
+    four = bnb_config("bnb-4bit", cpu, "float32")
     assert bnb_config("bnb-8bit", cpu).load_in_8bit
     with pytest.raises(UserError):
         bnb_config("bnb-3bit", cpu)
@@ -237,6 +240,11 @@ def test_swiftbox_loader_falls_back_to_gptqmodel_without_optimum(gptq4, monkeypa
 # -- AWQ, bitsandbytes, FP8, GGUF and the quality gate ------------------------------------------------------
 
 PARITY_EVAL = str(ROOT / "recipes" / "data" / "parity_eval.jsonl")
+# The 1.1M-parameter toy loses a quarter of its perplexity at 4 bits with AWQ and NF4 (measured on held-out parity
+# rows, source and export in the same dtype: AWQ x1.218 (32 samples) in bf16 on AVX512-BF16, x1.275 reported on an AMX
+# Xeon; NF4 x1.178 in fp32, x1.256 in bf16) - at the documented 1.25 for real models (GPTQ on SmolLM2-135M: x1.047).
+# These tests prove the formats, so they allow the toy's loss with a margin; the gate itself is tested below.
+TOY_4BIT = {"max_perplexity_ratio": 1.4}
 
 
 def _loads_quantized(out, layer_type_name: str):
@@ -262,7 +270,8 @@ def test_awq_export_loads_with_from_pretrained_and_reports_accuracy(tmp_path):
     import swiftbox as sb
 
     out = tmp_path / "awq"
-    entry = sb.quantize(str(shared_merged()), output=str(out), method="awq", samples=32, eval_dataset=PARITY_EVAL)
+    entry = sb.quantize(str(shared_merged()), output=str(out), method="awq", samples=32, eval_dataset=PARITY_EVAL,
+                        tolerance=TOY_4BIT)
     metrics = entry["metrics"]
     _reported(metrics)
     assert metrics["method"] == "awq" and metrics["bits"] == 4
@@ -274,17 +283,21 @@ def test_awq_export_loads_with_from_pretrained_and_reports_accuracy(tmp_path):
     _loads_quantized(out, "Awq")
 
 
-@pytest.mark.parametrize("bits,layer", [(4, "Linear4bit"), pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("bits,layer", [pytest.param(4, "Linear4bit", marks=pytest.mark.dtype),
+                                        pytest.param(8, "Linear8bitLt", marks=pytest.mark.slow)])
 def test_bnb_export_is_saved_so_plain_from_pretrained_loads_it(tmp_path, bits, layer):
     import swiftbox as sb
 
     out = tmp_path / f"bnb{bits}"
-    metrics = sb.quantize(str(shared_merged()), output=str(out), method="bnb", bits=bits)["metrics"]
+    metrics = sb.quantize(str(shared_merged()), output=str(out), method="bnb", bits=bits,
+                          **({"tolerance": TOY_4BIT} if bits == 4 else {}))["metrics"]
     _reported(metrics)
     config = json.loads((out / "config.json").read_text())["quantization_config"]
     assert config["quant_method"] == "bitsandbytes" and config[f"load_in_{bits}bit"] is True
     manifest = json.loads((out / "swiftbox.json").read_text())
     assert manifest["quantization"]["tolerances"]["min_cosine"] == (0.95 if bits == 4 else 0.99)
+    # like with like: the gate measured the source in the dtype the export computes in (the platform's, for bnb)
+    assert manifest["dtype"] == manifest["dtype_plan"]["check"] == manifest["quantization"]["compute_dtype"]
     _loads_quantized(out, layer)
 
 

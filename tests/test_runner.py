@@ -39,9 +39,12 @@ def recipe(*steps, name="r"):
     return {"name": name, "model": "toy", "steps": list(steps)}
 
 
-def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
+@pytest.mark.parametrize(("bf16", "dtype"), [("off", "float32"), ("on", "bfloat16")])
+def test_chaining_outputs_and_summary(tmp_path, fake_pipelines, monkeypatch, capsys, bf16, dtype):
+    monkeypatch.setenv("SWIFTBOX_CPU_BF16", bf16)     # the dtype each step computes in follows the CPU kind
     summary = run_recipe(recipe({"eval": {}}, {"sft": {"dataset": "d.jsonl"}}, {"eval": {}}, {"merge": {}},
                                 {"eval": {}}), runs_root=tmp_path)
+    assert f"[2/5] sft <- toy  (device cpu; compute {dtype})" in capsys.readouterr().err   # the step header says it
     root = tmp_path / "r"
     assert [c[0] for c in fake_pipelines] == ["eval", "sft", "eval", "merge", "eval"]
     # eval does not change the chain; sft and merge do
@@ -53,7 +56,8 @@ def test_chaining_outputs_and_summary(tmp_path, fake_pipelines):
     assert [(s["step"], s["ok"]) for s in on_disk["steps"]] == [(k, True) for k in kinds]
     manifest = read_manifest(root / "sft")
     assert manifest["kind"] == "sft" and manifest["input"] == "toy" and manifest["artifact"] == "adapter"
-    assert manifest["config"]["dataset"] == "d.jsonl" and manifest["dtype"] == "float32"
+    assert manifest["config"]["dataset"] == "d.jsonl" and manifest["dtype"] == dtype
+    assert manifest["dtype_plan"] == {"compute": dtype, "save": None, "check": None, "tolerance": None}
     assert manifest["versions"]["torch"] and manifest["metrics"] == {"accuracy": 0.5}
     assert summary["steps"][1]["metrics"]["accuracy"] == 0.5
 

@@ -19,7 +19,9 @@ def live(toy_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
     adapters = {"alpha": str(make_adapter(toy_dir, root / "alpha", seed=1)),
                 "beta": str(make_adapter(toy_dir, root / "beta", seed=2))}
-    server, names, stop = start_server("toy", adapters=adapters, work_dir=root)
+    # float32 on every CPU: these tests hold batched, streamed and solo answers to exact equality (in bf16 a batch
+    # rounds differently from a single request, and a near-tie can flip a greedy token)
+    server, names, stop = start_server("toy", adapters=adapters, work_dir=root, dtype="float32")
     yield server
     stop()
 

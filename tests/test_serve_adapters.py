@@ -166,7 +166,7 @@ def test_chat_url_lists_loads_and_unloads(setup, client, tmp_path, capsys):
     /models, /use, /load, /unload go through the same routes."""
     import swiftbox as sb
     from swiftbox.pipelines.chat import _command
-    from swiftbox.pipelines.serve.remote import Remote
+    from swiftbox.serving.remote import Remote
 
     server, root, outside, good = setup
     summary = sb.chat(url=server.url, api_key=KEY, adapters={"viachat": str(good)}, prompt="Is 12 even?",
@@ -255,10 +255,11 @@ def test_vllm_runtime_adapters_through_the_front_door(setup, toy_dir, tmp_path):
 
     from swiftbox.device.cpu import CpuPlatform
     from swiftbox.modeling.loading import resolve_spec
-    from swiftbox.pipelines.serve.adapters import make_policy
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
-    from swiftbox.pipelines.serve.server import ServerThread, bind
+    from swiftbox.serving.adapters import make_policy
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
+    from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+    from swiftbox.serving.vllm.plan import plan
     from swiftbox.steps import ServeStep
 
     _, root, outside, good = setup

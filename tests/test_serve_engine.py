@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from swiftbox.pipelines.serve.sampling import SamplingParams
+from swiftbox.serving.builtin.sampling import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -25,7 +25,7 @@ def prompts(toy_parts):
 
 
 def make_engine(toy_parts, **kw):
-    from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
+    from swiftbox.serving.builtin.engine import BuiltinEngine
 
     model, tok = toy_parts
     kw.setdefault("max_batch_size", 8)
@@ -195,7 +195,7 @@ def test_one_stream_path_answers_like_the_padded_batch(toy_parts, prompts):
 
 
 def test_incremental_detokenizing_matches_a_whole_decode(toy_parts):
-    from swiftbox.pipelines.serve.textstream import TextStream
+    from swiftbox.serving.builtin.textstream import TextStream
 
     tok = toy_parts[1]
     rng = random.Random(0)

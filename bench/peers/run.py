@@ -1,9 +1,13 @@
 """`bench sft --peers`: build the shared model once, install the peers on demand, run every side in its own
 process interleaved round by round (A B C D, A B C D, ...), print ONE JSON line with medians and spreads.
 
-The job (bench/peers/job.py holds its constants): random weights in the Qwen2.5-0.5B width with 2 decoder layers
-(seed 0) and the toy tokenizer, saved once under ~/.cache/swiftbox/bench/; data bench/data/alpaca_en_demo_256.json
-(SFT) or dpo_en_demo_64.json (DPO). `--quick` trains on the first 64 rows (16 pairs) for one round.
+The job (bench/peers/job.py holds its constants) runs on a real model by default: `--model` names it (a registry
+name such as smollm2-135m-instruct, the default, or a local model directory); `--model toy` keeps the earlier
+toy-vocabulary job (random weights in the Qwen2.5-0.5B width, 2 decoder layers, seed 0, the toy tokenizer, saved
+once under ~/.cache/swiftbox/bench/) for history. Data bench/data/alpaca_en_demo_256.json (SFT) or
+dpo_en_demo_64.json (DPO). `--quick` trains on the first 64 rows (16 pairs) for one round. After the timed rounds
+one more swiftbox run (not timed, not in the medians) records a profiler window and reports its time split
+(data wait / forward / backward / LM head + loss / optimizer) as `swiftbox_profile`.
 """
 from __future__ import annotations
 
@@ -53,6 +57,34 @@ def job_model(cache: Path) -> Path:
         shutil.copy(COMMITTED / name, tmp / name)
     tmp.rename(target)
     return target
+
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def resolve_job_model(ref: str, cache: Path) -> Path:
+    """The model directory every side trains: `toy` (the earlier random toy-vocabulary model), a local directory,
+    or a model reference swiftbox resolves offline (a registry name already downloaded)."""
+    if ref == "toy":
+        return job_model(cache)
+    if Path(ref).is_dir():
+        return Path(ref).resolve()
+    from swiftbox.modeling.loading import resolve_model
+
+    try:
+        return Path(resolve_model(ref))
+    except Exception as exc:   # noqa: BLE001 - any failure to find it reads as one line
+        raise ValueError(f"--model {ref}: not available offline ({str(exc).splitlines()[0] if str(exc) else exc}); "
+                         f"download it first or pass a local model directory") from None
+
+
+def model_label(model: Path) -> str:
+    try:
+        cfg = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return model.name
+    return (f"{model.name} ({cfg.get('model_type')}, {cfg.get('num_hidden_layers')} layers, "
+            f"vocab {cfg.get('vocab_size')})")
 
 
 def subset(method: str, rows: int | None, work: Path) -> Path:
@@ -125,7 +157,7 @@ def versions(sides: list[str]) -> dict:
 
 
 def main(method: str, rounds: int | None, sides_text: str | None, quick: bool, rows: int | None = None,
-         log=sys.stderr) -> dict:
+         log=sys.stderr, model_ref: str = DEFAULT_MODEL, profile: bool = True) -> dict:
     sides = stats.parse_sides(sides_text, method)
     rounds = 1 if quick and rounds is None else (rounds or 3)
     rows = rows or ((64 if method == "sft" else 16) if quick else None)
@@ -137,7 +169,7 @@ def main(method: str, rounds: int | None, sides_text: str | None, quick: bool, r
             print(f"[bench] installing {framework} into {env.venv_dir(framework)} (log: install.log there)",
                   file=log, flush=True)
             env.install(framework, log=log)
-    model = job_model(cache)
+    model = resolve_job_model(model_ref, cache)
     work = Path(tempfile.mkdtemp(prefix=f"bench-peers-{method}-"))
     data = subset(method, rows, work)
     n_rows = len(json.loads(data.read_text()))
@@ -148,14 +180,32 @@ def main(method: str, rounds: int | None, sides_text: str | None, quick: bool, r
         side_work.mkdir()
         got = run_one(side, method, model, data, side_work, n_rows, log)
         results.append({"round": r, "side": side, "load": uptime(), **got})
+    split = profile_split(method, model, data, work / "profile-swiftbox", n_rows, log) if profile else None
     out = {"bench": "sft-peers", "method": method, "rounds": rounds, "quick": quick, "rows": n_rows,
            "data": str(data.relative_to(ROOT)) if data.is_relative_to(ROOT) else data.name,
-           "model": f"random Qwen2.5-0.5B width, {LAYERS} layers, toy tokenizer", "job": _job(),
+           "model": (f"random Qwen2.5-0.5B width, {LAYERS} layers, toy tokenizer" if model_ref == "toy"
+                     else model_label(model)), "job": _job(),
            "machine": {"cpu": py_platform.processor() or py_platform.machine(), "cpu_count": os.cpu_count(),
                        "load_before": load_before, "load_after": uptime()},
-           "versions": versions(sides), **stats.summary(results, sides, method), "runs": results}
+           "versions": versions(sides), **stats.summary(results, sides, method), "swiftbox_profile": split,
+           "runs": results}
     shutil.rmtree(work / "r0-swiftbox" / "out", ignore_errors=True)
     return out
+
+
+def profile_split(method: str, model: Path, data: Path, work: Path, rows: int, log) -> dict | None:
+    """One untimed swiftbox run with a profiler window (steps 2-3 recorded): the share of step time per phase from
+    swiftbox's own trace summary (swiftbox/diagnose/trace_summary.py)."""
+    work.mkdir()
+    flags = "+".join(["--profile.wait", "1", "--profile.warmup", "0", "--profile.active", "2",
+                      "--profile.profile-memory", "false"])
+    got = run_one(f"swiftbox+{flags}", method, model, data, work, rows, log)
+    summary = work / "out" / "profile" / "summary.json"
+    if got.get("error") or not summary.is_file():
+        return {"error": got.get("error") or "no profile summary written"}
+    data_ = json.loads(summary.read_text())
+    shutil.rmtree(work / "out", ignore_errors=True)
+    return {k: data_[k] for k in ("phases", "phase_share", "steps", "tokens_per_s", "top_ops") if k in data_} or data_
 
 
 def collect(work: Path, method: str, sides: list[str]) -> dict:

@@ -7,15 +7,28 @@ Public API used by the pipelines:
     tokenize_sft(rows, tokenizer, max_length)        -> ([{input_ids, labels}], Counts)
     dpo_strings(rows, tokenizer, max_length)         -> ([{prompt, chosen, rejected}], Counts)
     kto_strings(rows, tokenizer, max_length)         -> ([{prompt, completion, label}], Counts)
+    preference_ids(tokenizer, example, sides)        -> {prompt_ids, <side>_ids}: those strings as TRL's token columns
     grpo_prompts(rows, tokenizer, max_length)        -> ([{prompt, solution}], Counts)
     encode(tokenizer, messages, tools, only_last=)   -> Encoded (ids, labels, reply token ranges)
+    stream_sft(dataset, tokenizer, max_length, ...)   -> a generator of {input_ids, labels} (streaming: true)
+    texts.documents / texts.pack / texts.one_per_row  raw text for pt (lazy)
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Iterable, Iterator, Optional, Union
 
-from swiftbox.data.encode import Counts, Encoded, dpo_strings, encode, fit, grpo_prompts, kto_strings, tokenize_sft
+from swiftbox.data.encode import (
+    Counts,
+    Encoded,
+    dpo_strings,
+    encode,
+    fit,
+    grpo_prompts,
+    kto_strings,
+    preference_ids,
+    tokenize_sft,
+)
 from swiftbox.data.formats import (
     DPO_FORMATS,
     GRPO_FORMATS,
@@ -30,12 +43,14 @@ from swiftbox.data.formats import (
 from swiftbox.data.progress import each
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
 from swiftbox.data.render import locate, render
+from swiftbox.data.streaming import rows as stream_rows
 from swiftbox.errors import UserError
 
 __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "grpo_prompts", "tokenize_sft",
+           "preference_ids",
            "DPO_FORMATS", "KTO_FORMATS", "GRPO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "grpo_row", "sft_row",
            "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render", "use_chat_template", "load_sft",
-           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts"]
+           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts", "stream_sft"]
 
 Dataset = Union[str, list[str]]
 
@@ -88,7 +103,13 @@ def load_eval(dataset: Dataset, limit: Optional[int] = None) -> list[tuple[list[
     rows = read_rows(dataset)
     if limit:
         rows = rows[:limit]
-    return [(r["messages"][:-1], r["messages"][-1]["content"]) for r in _normalise(rows, sft_row, SFT_FORMATS, "eval")]
+    out = []
+    for r in _normalise(rows, sft_row, SFT_FORMATS, "eval"):
+        if r["messages"][-1]["role"] != "assistant" or not isinstance(r["messages"][-1].get("content"), str):
+            raise UserError(f"eval dataset {dataset}: every row must end with an assistant reply in text (the "
+                            f"reference answer)")
+        out.append((r["messages"][:-1], r["messages"][-1]["content"]))
+    return out
 
 
 def load_texts(path: Union[str, Path]) -> list[str]:
@@ -107,8 +128,20 @@ def load_texts(path: Union[str, Path]) -> list[str]:
             out.append(row["text"])
             continue
         try:
-            out.append("\n".join(m["content"] for m in sft_row(row)["messages"]))
+            out.append("\n".join(m["content"] or "" for m in sft_row(row)["messages"]))
         except (Skip, ValueError, TypeError, KeyError):
             raise UserError(f"perplexity {p}: columns {sorted(row)} hold no text; expected text or one of: "
                             f"{' | '.join(SFT_FORMATS)}") from None
     return out
+
+
+def stream_sft(dataset: Dataset, tokenizer, max_length: int, *, counts: Counts,
+               max_row_chars: int = MAX_ROW_CHARS) -> Iterator[dict]:
+    """SFT rows read lazily from jsonl, normalised and tokenized one at a time ({input_ids, labels}); `counts`
+    adds up the rows seen, truncated and dropped. (training.streaming shuffles them in a buffer.)"""
+    for item in stream_rows(dataset, max_row_chars):
+        done, row_counts = tokenize_sft(_normalise([item], sft_row, SFT_FORMATS, "SFT"), tokenizer, max_length)
+        counts.rows += row_counts.rows
+        counts.truncated += row_counts.truncated
+        counts.dropped += row_counts.dropped
+        yield from done

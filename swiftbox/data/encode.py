@@ -195,6 +195,17 @@ def prompt_and_replies(tokenizer, row: dict, sides: tuple[str, ...], max_length:
     return [prompt, *replies]
 
 
+def preference_ids(tokenizer, example: dict, sides: tuple[str, ...]) -> dict:
+    """Token ids of one split row for TRL's preference trainers: `prompt_ids` (the generation prompt) and
+    `<side>_ids` per reply, each tokenized on its own without added special tokens - the prompt exactly as the
+    model reads it at inference, each reply exactly as the template renders it (its end-of-turn marker, nothing
+    appended)."""
+    out = {"prompt_ids": tokenizer(example["prompt"], add_special_tokens=False)["input_ids"]}
+    for side in sides:
+        out[f"{side}_ids"] = tokenizer(example[side], add_special_tokens=False)["input_ids"]
+    return out
+
+
 def _prompt_head(tokenizer, messages, text, ids) -> int:
     if not messages or messages[0]["role"] != "system":
         return 0

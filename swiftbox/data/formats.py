@@ -3,17 +3,24 @@
 SFT rows -> {"messages": [...], "tools": [...]?}. Accepted:
 - `messages` (OpenAI; ms-swift): roles system/user/assistant/tool, assistant `tool_calls` and
   `reasoning_content`, tool `tool_call_id`/`name`; ms-swift's `tool_call` / `tool_response` roles; per-turn
-  `loss` (false = not trained); row `system` and `tools` (a list or a JSON string).
+  `loss` (false = not trained) or OpenAI fine-tuning's `weight` (0 = not trained); row `system` and `tools` (a
+  list or a JSON string). A row may end with tool results after the last reply (that reply trains).
+- content as a string or as typed parts: OpenAI text parts, Anthropic blocks (`text`, `thinking`, `tool_use` ->
+  a tool call, `tool_result` -> a tool turn), Mistral chunks (`text`, `thinking` -> reasoning).
 - ShareGPT / LLaMA-Factory: `conversations` of {from, value}; `function_call` and `observation` turns,
-  row `system` and `tools`.
-- alpaca (`instruction`/`input`/`output`, `system`, `history`); `query`/`response` (ms-swift, with its
-  column aliases question/prompt -> query, answer/output/completion -> response).
+  row `system` and `tools`; ms-swift's `conversation` of {human, assistant} pairs.
+- alpaca (`instruction`/`input`/`output`, `system`, `history`); `query`/`response` with ms-swift's column
+  aliases (query: prompt/question/problem; response: answer/output/completion/solution/target(s); system:
+  system_prompt); TRL prompt-completion (`prompt`/`completion` strings, or message lists: only the completion
+  trains).
 GRPO rows -> {"prompt": [...], "reference": str | None, "tools"?}: any SFT row (the prompt is the conversation
 before the last assistant turn, the reference that reply), a prompt-only conversation, or TRL's `prompt`
 (string or messages); an `answer` / `solution` column is the reference when present.
 DPO rows -> {"prompt": [...], "chosen": [...], "rejected": [...], "tools"?}: `prompt`/`chosen`/`rejected`
-(strings or message lists), `messages` + `rejected_response` (ms-swift), query/instruction + chosen/rejected
-or + response/rejected_response, ShareGPT ranking rows (`conversations` + `chosen`/`rejected` objects).
+(strings or message lists, TRL's conversational preference), TRL's implicit prompt (`chosen`/`rejected` whole
+conversations sharing their beginning), `messages` + `rejected_response` or + `rejected_messages` (ms-swift),
+query/instruction + chosen/rejected or + response/rejected_response, ShareGPT ranking rows (`conversations` +
+`chosen`/`rejected` objects).
 KTO rows -> {"prompt": [...], "completion": [...], "label": bool, "tools"?}: TRL's `prompt`/`completion`/`label`,
 or any SFT row (its last assistant turn is the completion) with `label` (ms-swift) or `kto_tag` (LLaMA-Factory).
 """
@@ -22,9 +29,11 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-SFT_FORMATS = ("messages", "conversations/from/value (ShareGPT)", "instruction/input/output (alpaca)",
-               "query/response")
-DPO_FORMATS = ("prompt/chosen/rejected", "messages + rejected_response", "instruction/input/chosen/rejected (alpaca)",
+SFT_FORMATS = ("messages", "conversations/from/value (ShareGPT)", "conversation/human/assistant (ms-swift)",
+               "instruction/input/output (alpaca)", "query/response (or an alias: question/answer, problem/solution)",
+               "prompt/completion (TRL)")
+DPO_FORMATS = ("prompt/chosen/rejected", "chosen/rejected conversations (TRL implicit prompt)",
+               "messages + rejected_response or rejected_messages", "instruction/input/chosen/rejected (alpaca)",
                "query/response/rejected_response", "conversations + chosen/rejected (ShareGPT ranking)")
 KTO_FORMATS = ("prompt/completion/label", "messages + label (ms-swift)", "conversations + kto_tag (LLaMA-Factory)",
                "any SFT row + label or kto_tag")
@@ -35,8 +44,11 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistan
                   "bot": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
                   "function_call": "tool_call", "tool_call": "tool_call"}
 ROLES = ("system", "user", "assistant", "tool")
-QUERY_ALIASES = ("query", "question", "prompt")
-RESPONSE_ALIASES = ("response", "answer", "output", "completion")
+QUERY_ALIASES = ("query", "question", "prompt", "problem")
+RESPONSE_ALIASES = ("response", "answer", "output", "completion", "solution", "target", "targets")
+SYSTEM_ALIASES = ("system", "system_prompt")
+PAIR_USER = ("human", "user")                     # ms-swift `conversation` items: {"human": q, "assistant": a}
+PAIR_ASSISTANT = ("assistant", "gpt", "bot")
 
 
 class Skip(Exception):
@@ -59,14 +71,21 @@ def _json(value, what: str):
 
 
 def tools_of(row: dict) -> Optional[list]:
-    """The row's tool schemas as OpenAI {"type": "function", "function": {...}} entries, or None."""
+    """The row's tool schemas as OpenAI {"type": "function", "function": {...}} entries (Anthropic's
+    `input_schema` read as `parameters`), or None."""
     raw = row.get("tools")
     if raw in (None, "", []):
         return None
     tools = _json(raw, "tools")
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ValueError("tools must be a list of JSON-schema function objects")
-    return [t if "function" in t else {"type": "function", "function": t} for t in tools]
+    out = []
+    for t in tools:
+        fn = t.get("function", t)
+        if "input_schema" in fn and "parameters" not in fn:        # Anthropic: {name, description, input_schema}
+            fn = {**{k: v for k, v in fn.items() if k != "input_schema"}, "parameters": fn["input_schema"]}
+        out.append({"type": "function", "function": fn})
+    return out
 
 
 def tool_call(value) -> dict:
@@ -94,12 +113,50 @@ def _calls(value) -> list[dict]:
     return [tool_call(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def _message(m: dict, what: str) -> dict:
+def _text_of(parts, what: str) -> str:
+    """A tool result's or a thinking chunk's content: a string, or text parts."""
+    if isinstance(parts, str):
+        return parts
+    if isinstance(parts, list):
+        return "".join(_text(p.get("text") if isinstance(p, dict) else p, f"{what} text") for p in parts
+                       if not isinstance(p, dict) or p.get("type", "text") == "text")
+    raise ValueError(f"{what} must be a string or a list of text parts")
+
+
+def _parts(content, what: str) -> dict:
+    """Typed content parts -> {text, reasoning, calls, results}. OpenAI / Mistral `text` parts, Anthropic and
+    Mistral `thinking` (reasoning), Anthropic `tool_use` (a call) and `tool_result` (a tool turn)."""
+    out: dict = {"text": [], "reasoning": [], "calls": [], "results": []}
+    for part in content:
+        if isinstance(part, str):
+            out["text"].append(part)
+            continue
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text", "output_text"):
+            out["text"].append(_text(part.get("text"), f"{what} text part"))
+        elif kind == "thinking":
+            out["reasoning"].append(_text_of(part.get("thinking"), f"{what} thinking part"))
+        elif kind == "redacted_thinking":
+            continue                                   # opaque: nothing to train on
+        elif kind == "tool_use":
+            out["calls"].append(tool_call({"id": part.get("id"), "name": part.get("name"),
+                                           "arguments": part.get("input", {})}))
+        elif kind == "tool_result":
+            out["results"].append({"role": "tool", "content": _text_of(part.get("content", ""), f"{what} tool_result"),
+                                   **({"tool_call_id": str(part["tool_use_id"])} if part.get("tool_use_id") else {})})
+        else:
+            raise ValueError(f"{what}: content part type {kind!r} is not supported (text models read text, "
+                             f"thinking, tool_use and tool_result parts)")
+    return out
+
+
+def _message(m: dict, what: str) -> list[dict]:
+    """One input message -> one or more chat messages (Anthropic tool_result blocks become tool turns)."""
     if not isinstance(m, dict) or "role" not in m:
         raise ValueError(f"each of {what} needs 'role' and 'content'")
     role = m["role"]
     if role == "tool_call":
-        return {"role": "assistant", "content": None, "tool_calls": _calls(m.get("content"))}
+        return [{"role": "assistant", "content": None, "tool_calls": _calls(m.get("content"))}]
     if role == "tool_response":
         role = "tool"
     if role not in ROLES:
@@ -108,15 +165,30 @@ def _message(m: dict, what: str) -> dict:
     if "content" not in m and not calls:
         raise ValueError(f"each of {what} needs 'role' and 'content'")
     content = m.get("content")
-    out = {"role": role, "content": None if content in (None, "") and calls else _text(content, f"{what} content")}
-    if calls and role == "assistant":
-        out["tool_calls"] = _calls(calls)
+    reasoning, results, extra_calls = [], [], []
+    if isinstance(content, list):
+        parts = _parts(content, what)
+        content = "".join(parts["text"])
+        reasoning, results, extra_calls = parts["reasoning"], parts["results"], parts["calls"]
+    out = {"role": role, "content": None if content in (None, "") and (calls or extra_calls)
+           else _text(content, f"{what} content")}
+    if role == "assistant" and (calls or extra_calls):
+        out["tool_calls"] = (_calls(calls) if calls else []) + extra_calls
     for key in ("tool_call_id", "name", "reasoning_content"):
         if m.get(key) is not None:
             out[key] = _text(m[key], f"{what} {key}")
-    if m.get("loss") is not None and role == "assistant":
-        out["loss"] = bool(m["loss"])
-    return out
+    if reasoning and "reasoning_content" not in out:
+        out["reasoning_content"] = "\n".join(reasoning)
+    if role == "assistant":
+        if m.get("loss") is not None:
+            out["loss"] = bool(m["loss"])
+        if m.get("weight") is not None:              # OpenAI fine-tuning: 0 = this reply is not trained
+            if m["weight"] not in (0, 1) or isinstance(m["weight"], bool):
+                raise ValueError(f"{what} weight must be 0 (not trained) or 1, got {m['weight']!r}")
+            out["loss"] = bool(m["weight"]) and out.get("loss", True)
+    if results:
+        return results + ([out] if out["content"] else [])
+    return [out]
 
 
 def _merge_calls(msgs: list[dict]) -> list[dict]:
@@ -134,12 +206,13 @@ def _merge_calls(msgs: list[dict]) -> list[dict]:
 def messages_of(value, what: str = "messages") -> list[dict]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"{what} must be a non-empty list of {{role, content}} objects")
-    return _merge_calls([_message(m, what) for m in value])
+    return _merge_calls([one for m in value for one in _message(m, what)])
 
 
 def _system(row: dict) -> list[dict]:
-    system = row.get("system")
-    return [{"role": "system", "content": _text(system, "system")}] if system else []
+    key = _first(row, SYSTEM_ALIASES)
+    system = row.get(key) if key else None
+    return [{"role": "system", "content": _text(system, key or "system")}] if system else []
 
 
 def _history(row: dict) -> list[dict]:
@@ -198,13 +271,49 @@ def _conversation(row: dict) -> list[dict] | None:
         return msgs if msgs[0]["role"] == "system" else _system(row) + msgs
     if "conversations" in row:
         return _system(row) + _sharegpt(row["conversations"])
+    if "conversation" in row:
+        return _system(row) + _pairs_or_sharegpt(row["conversation"])
     return None
 
 
+def _pairs_or_sharegpt(convo) -> list[dict]:
+    """ms-swift's `conversation` column: [{human, assistant}, ...] pairs, or ShareGPT / OpenAI turns."""
+    if not isinstance(convo, list) or not convo:
+        raise ValueError("conversation must be a non-empty list")
+    if all(isinstance(t, dict) and "from" in t for t in convo):
+        return _sharegpt(convo)
+    if all(isinstance(t, dict) and "role" in t for t in convo):
+        return messages_of(convo, "conversation")
+    out = []
+    for turn in convo:
+        user, reply = (_first(turn, PAIR_USER), _first(turn, PAIR_ASSISTANT)) if isinstance(turn, dict) else (None,) * 2
+        if user is None or reply is None:
+            raise ValueError("each conversation item needs a human (or user) and an assistant (or gpt) entry")
+        out += [{"role": "user", "content": _text(turn[user], f"conversation {user}")},
+                {"role": "assistant", "content": _text(turn[reply], f"conversation {reply}")}]
+    return out
+
+
+def _prompt_completion(row: dict) -> Optional[list[dict]]:
+    """TRL's prompt-completion rows with message lists: the prompt's own replies are context, not trained."""
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if not isinstance(prompt, list) and not isinstance(completion, list):
+        return None
+    head = [{"role": "user", "content": _text(prompt, "prompt")}] if isinstance(prompt, str) \
+        else messages_of(prompt, "prompt")
+    head = [dict(m, loss=False) if m["role"] == "assistant" else m for m in head]
+    if not any(m["role"] == "system" for m in head):
+        head = _system(row) + head
+    return head + _completion(completion, "completion")
+
+
 def sft_row(row: dict) -> dict:
-    """One SFT row in any accepted format -> {"messages": [...], "tools"?} ending with an assistant turn."""
+    """One SFT row in any accepted format -> {"messages": [...], "tools"?} with an assistant reply (possibly
+    followed by the tool results it asked for)."""
     keys = row.keys()
     msgs = _conversation(row)
+    if msgs is None and "prompt" in keys and "completion" in keys:
+        msgs = _prompt_completion(row)
     if msgs is None:
         if "instruction" in keys and "output" in keys:
             key = "output"
@@ -214,8 +323,9 @@ def sft_row(row: dict) -> dict:
             raise Skip
         msgs = _system(row) + _history(row) + [{"role": "user", "content": _question(row)},
                                               {"role": "assistant", "content": _text(row[key], key)}]
-    if msgs[-1]["role"] != "assistant":
-        raise ValueError("the conversation must end with an assistant turn")
+    last = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=-1)
+    if last < 0 or any(m["role"] != "tool" for m in msgs[last + 1:]):
+        raise ValueError("the conversation must end with an assistant turn (or with the tool results it asked for)")
     return _with_tools(row, {"messages": msgs})
 
 
@@ -230,10 +340,31 @@ def _completion(value, what: str) -> list[dict]:
     return msgs
 
 
+def _split_shared(system: list[dict], chosen: list[dict], rejected: list[dict]) -> tuple[list, list, list]:
+    """Two whole conversations -> (their shared beginning, the chosen rest, the rejected rest)."""
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    while n and chosen[n - 1]["role"] == "assistant":     # the differing replies start after a user/tool turn
+        n -= 1
+    if n == 0 or not chosen[n:] or not rejected[n:]:
+        raise ValueError("chosen and rejected must share their prompt (the turns before the differing replies)")
+    prompt = chosen[:n]
+    return (prompt if prompt[0]["role"] == "system" else system + prompt), chosen[n:], rejected[n:]
+
+
 def dpo_row(row: dict) -> dict:
     """One preference row in any accepted format -> {prompt, chosen, rejected} as message lists (+ tools)."""
     keys = row.keys()
-    if "chosen" in keys and "rejected" in keys and "prompt" in keys:
+    if "messages" in keys and "rejected_messages" in keys:                 # ms-swift: two whole conversations
+        chosen_msgs = messages_of(row["messages"])
+        rejected_msgs = messages_of(row["rejected_messages"], "rejected_messages")
+        prompt, chosen, rejected = _split_shared(_system(row), chosen_msgs, rejected_msgs)
+    elif "chosen" in keys and "rejected" in keys and "prompt" not in keys and isinstance(row["chosen"], list) \
+            and isinstance(row["rejected"], list) and not _first(row, QUERY_ALIASES + ("instruction", "conversations")):
+        prompt, chosen, rejected = _split_shared(_system(row), messages_of(row["chosen"], "chosen"),
+                                                 messages_of(row["rejected"], "rejected"))   # TRL implicit prompt
+    elif "chosen" in keys and "rejected" in keys and "prompt" in keys:
         prompt = row["prompt"]
         prompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else messages_of(prompt, "prompt")
         prompt = _system(row) + prompt if not any(m["role"] == "system" for m in prompt) else prompt
@@ -281,6 +412,8 @@ def kto_row(row: dict) -> dict:
         out: dict = {"prompt": prompt, "completion": _completion(row["completion"], "completion")}
     else:
         msgs = sft_row({k: v for k, v in row.items() if k not in ("label", "kto_tag")})["messages"]
+        if msgs[-1]["role"] != "assistant":
+            raise ValueError("a KTO row must end with the assistant completion it labels")
         out = {"prompt": msgs[:-1], "completion": msgs[-1:]}
     out["label"] = _label(row[key])
     return _with_tools(row, out)

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from swiftbox.data import dialect
 from swiftbox.errors import UserError
 
 THINK_TAG = re.compile(r"</?think>")
@@ -52,34 +53,16 @@ def _clean(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k != "loss"} for m in messages]
 
 
-def _string_arguments(messages: list[dict]) -> list[dict]:
-    out = copy.deepcopy(messages)
-    for m in out:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function", {})
-            if not isinstance(fn.get("arguments"), str):
-                fn["arguments"] = json.dumps(fn.get("arguments"), ensure_ascii=False)
-    return out
-
-
 def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, generation_prompt: bool = False,
            **template_kwargs: Any) -> str:
-    """The template's text for `messages` (tool-call arguments as objects, or as JSON strings for templates
-    that concatenate them). A template error is bad input: one line naming the template."""
+    """The template's text for `messages`, in the form the template prints (data.dialect: the default tool format
+    for templates without tool calls, thinking chunks for templates that print only those). A template error is
+    bad input: one line naming the template."""
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt, **template_kwargs}
-    if tools:
-        kwargs["tools"] = tools
-    msgs = _clean(messages)
+    msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
     try:
-        return tokenizer.apply_chat_template(msgs, **kwargs)
+        return dialect.apply(tokenizer, msgs, tools, kwargs)
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
-        if any(m.get("tool_calls") for m in msgs):    # templates disagree: arguments object/string, content None/""
-            blank = [dict(m, content="") if m.get("content") is None else m for m in msgs]
-            for variant in (_string_arguments(msgs), blank, _string_arguments(blank)):
-                try:
-                    return tokenizer.apply_chat_template(variant, **kwargs)
-                except Exception:  # noqa: BLE001
-                    continue
         reason = str(first).splitlines()[0] if str(first) else type(first).__name__
         raise UserError(f"the chat template of {template_name(tokenizer)} rejected a conversation ({reason}); "
                         f"check the roles/order the model accepts or give chat_template: a .jinja file") from None
@@ -123,8 +106,8 @@ def _altered(message: dict) -> dict:
         m["reasoning_content"] = _alter_text(m["reasoning_content"])
     for call in m.get("tool_calls") or []:
         fn = call.get("function", {})
-        if isinstance(fn.get("name"), str):
-            fn["name"] = _alter_text(fn["name"])
+        if isinstance(fn.get("name"), str) and fn.get("arguments") in (None, "", "{}", {}):
+            fn["name"] = _alter_text(fn["name"])    # else kept: templates print it again in the tool's answer
         if isinstance(fn.get("arguments"), str):
             try:
                 fn["arguments"] = json.dumps(_alter_value(json.loads(fn["arguments"])), ensure_ascii=False)
@@ -174,7 +157,7 @@ def header(tokenizer, before: list[dict], tools, **kw) -> str:
 _PROBES: dict = {}
 
 
-def _memo(kind: str, tokenizer, kw: dict, compute) -> str:
+def _memo(kind: str, tokenizer, kw: dict, compute) -> Any:
     """Per-template facts (end-of-turn marker, user closing text) computed once per tokenizer + template."""
     key = (kind, id(tokenizer), getattr(tokenizer, "chat_template", None), tuple(sorted(kw.items())))
     if key not in _PROBES:
@@ -183,32 +166,46 @@ def _memo(kind: str, tokenizer, kw: dict, compute) -> str:
 
 
 def end_of_turn(tokenizer, **kw) -> str:
-    """The marker the template writes right after a reply (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>, ...);
-    '' for templates that write none (GLM-4, Baichuan2)."""
-    return _memo("eot", tokenizer, kw, lambda: _end_of_turn(tokenizer, **kw))
+    """The marker the template writes right after its last reply (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>,
+    gpt-oss's <|return|>, ...); '' for templates that write none (GLM-4, Baichuan2)."""
+    return end_markers(tokenizer, **kw)[0]
 
 
-def _ping_pong(tokenizer, **kw) -> str:
-    """The template's render of one user turn (PING) and one reply (PONG); '' when it refuses to render."""
-    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}]
+def end_markers(tokenizer, **kw) -> tuple[str, ...]:
+    """The markers the template writes right after a reply: the last reply's first, then an earlier reply's when
+    it differs (gpt-oss ends the last turn with <|return|>, earlier ones with <|end|>); ('',) for none."""
+    return _memo("eot", tokenizer, kw, lambda: _end_markers(tokenizer, **kw))
+
+
+def _ping_pong(tokenizer, turns: int = 1, **kw) -> str:
+    """The template's render of `turns` user turns (PING) each answered (PONG); '' when it refuses to render."""
+    probe = [{"role": "user", "content": "PING"}, {"role": "assistant", "content": "PONG"}] * turns
     try:
         return render(tokenizer, probe, **kw)
     except UserError:
         return ""
 
 
-def _end_of_turn(tokenizer, **kw) -> str:
-    text = _ping_pong(tokenizer, **kw)
-    if not text:
-        return ""
-    at = text.rfind("PONG")
-    trailer = text[at + 4:] if at >= 0 else ""
+def _marker_after(tokenizer, trailer: str) -> str:
     specials = sorted((t for t in getattr(tokenizer, "all_special_tokens", []) or [] if t), key=len, reverse=True)
     for tok in specials:
         if trailer.startswith(tok):
             return tok
     close = re.match(r"(<[^<>\s]+>|\[[^\[\]\s]+\])", trailer)    # <...>, </s> or [...]; not plain text
     return close.group() if close else ""
+
+
+def _end_markers(tokenizer, **kw) -> tuple[str, ...]:
+    text = _ping_pong(tokenizer, **kw)
+    if not text:
+        return ("",)
+    at = text.rfind("PONG")
+    last = _marker_after(tokenizer, text[at + 4:] if at >= 0 else "")
+    two = _ping_pong(tokenizer, 2, **kw)
+    first, asked = two.find("PONG"), two.find("PING")
+    earlier = _marker_after(tokenizer, two[first + 4:]) if first >= 0 else ""
+    closes_user = 0 <= asked and two.startswith(earlier, asked + 4)    # ends every message, not the next header
+    return (last, earlier) if earlier and earlier != last and closes_user else (last,)
 
 
 # -- spans -------------------------------------------------------------------------------------------------
@@ -224,8 +221,8 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
     if has_generation_markers(tokenizer):
         marked = _marked_spans(tokenizer, messages, tools, text, **kw)
         if marked is not None:
-            return text, marked
-    eot = end_of_turn(tokenizer, **kw)
+            return text, [_trim_marked(tokenizer, messages, tools, text, span, **kw) for span in marked]
+    eot = end_markers(tokenizer, **kw)
     spans: list[Span] = []
     prev_end = 0
     replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
@@ -237,7 +234,9 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
                 continue    # an empty reply: nothing to train
             raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls)")
         start = _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw)
-        end = _widen_end(text, end, eot, messages[i + 1:])
+        agreed, alone = _agreement(tokenizer, messages, i, tools, text, end, **kw)
+        marked_end = _widen_end(text, end, eot, messages[i + 1:], agreed)
+        end = marked_end if marked_end > end else _closing_markup(text, end, agreed, alone, messages[i + 1:])
         _check_foreign(tokenizer, messages, i, text[start:end])
         if start < prev_end:
             raise _refuse(tokenizer, i, "this reply's text overlaps the previous reply's")
@@ -252,6 +251,8 @@ def _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw) -> 
     head = header(tokenizer, messages[:i], tools, **kw)
     region = text[prev_end:start]
     for n in range(len(head), 0, -1):
+        if n < len(head) and not (head[n - 1] in ">]" or head[n - 1].isspace()):
+            continue    # a shorter header only up to a marker's or a line's end (Gemma 4: not into `<|channel>`)
         at = region.rfind(head[:n])
         if at >= 0:
             return prev_end + at + n
@@ -278,16 +279,48 @@ def _closing(tokenizer, **kw) -> str:
     return text[a + 4:b] if 0 <= a < b else ""
 
 
-def _widen_end(text: str, end: int, eot: str, later: list[dict]) -> int:
-    if not eot:
+def _widen_end(text: str, end: int, markers: tuple[str, ...], later: list[dict], agreed: int) -> int:
+    """Forward over the nearest end-of-turn marker, when only decoration (no later turn's text) lies before it and
+    it starts no later than `agreed` (where the conversation cut after this reply stops agreeing with the whole)."""
+    found = [(at, m) for m in markers if m for at in [text.find(m, end)] if 0 <= at <= agreed and at - end <= GAP_LIMIT]
+    if not found:
         return end
-    at = text.find(eot, end)
-    if at < 0 or at - end > GAP_LIMIT:
-        return end
+    at, marker = min(found)
     gap = text[end:at]
-    if any(len(c) >= 1 and c in gap for c in (m.get("content") or "" for m in later) if c.strip()):
+    for content in (m.get("content") for m in later):
+        if isinstance(content, str) and content.strip() and (content in gap or json.dumps(content)[1:-1] in gap):
+            return end
+    return at + len(marker)
+
+
+def _agreement(tokenizer, messages, i, tools, text, end, **kw) -> tuple[int, str]:
+    """How far the conversation cut right after reply i renders like the whole one (len(text) when it cannot
+    tell: the cut renders differently before the reply, or not at all), and that cut rendering."""
+    if i == len(messages) - 1:
+        return len(text), text
+    try:
+        alone = render(tokenizer, messages[:i + 1], tools, **kw)
+    except UserError:
+        return len(text), ""
+    if text[:end] != alone[:end]:
+        return len(text), ""
+    p, limit = end, min(len(text), len(alone))
+    while p < limit and text[p] == alone[p]:
+        p += 1
+    return p, alone
+
+
+def _closing_markup(text: str, end: int, agreed: int, alone: str, later: list[dict]) -> int:
+    """No end-of-turn marker right after the reply (GLM writes none; Gemma 4 continues the model's turn with the
+    tool's answer): forward over the reply's own closing markup (`</arg_value>\n</tool_call>`, `}<tool_call|>
+    <|tool_response>`), i.e. as far as the conversation cut right after this reply agrees with the whole one when
+    that cut ends there, trailing blanks left out. Never across other turns' text."""
+    if not alone or alone[agreed:].strip():
+        return end    # the cut conversation ends differently (its last turn's own marker): no shared closing
+    tail = text[end:agreed].rstrip()
+    if len(tail) > GAP_LIMIT or any(c.strip() and c in tail for c in (m.get("content") or "" for m in later)):
         return end
-    return at + len(eot)
+    return end + len(tail)
 
 
 def _check_foreign(tokenizer, messages, i, span_text: str) -> None:
@@ -300,13 +333,31 @@ def _check_foreign(tokenizer, messages, i, span_text: str) -> None:
             raise _refuse(tokenizer, i, f"message {j + 1} ({m['role']}) would fall inside this reply's span")
 
 
+def _trim_marked(tokenizer, messages, tools, text, span: Span, **kw) -> Span:
+    """A marked span as the model emits it: without the assistant header the generation prompt already holds
+    (SmolLM3 marks `<|im_start|>assistant\n` too) and without blanks after the end-of-turn marker; refused when
+    the template drops the reply's payload (marks an empty turn for a tool call it does not print)."""
+    i = span.message
+    if payload_texts(messages[i]):
+        alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
+        first, last = _diff(text, alt)
+        if first >= last or first < span.start or last > span.end:
+            raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls) "
+                                        "inside its {% generation %} block")
+    start, end = span.start, span.end
+    head = header(tokenizer, messages[:i], tools, **kw)
+    if head and text.startswith(head, start) and start + len(head) <= end:
+        start += len(head)
+    end = start + len(text[start:end].rstrip())
+    return Span(i, start, end)
+
+
 def _marked_spans(tokenizer, messages, tools, text, **kw) -> Optional[list[Span]]:
     """Spans from {% generation %} markers (transformers' assistant mask), or None when unusable here."""
     kwargs = {"tokenize": True, "return_dict": True, "return_assistant_tokens_mask": True, **kw}
-    if tools:
-        kwargs["tools"] = tools
+    msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
     try:
-        enc = tokenizer.apply_chat_template(_clean(messages), **kwargs)
+        enc = dialect.apply(tokenizer, msgs, tools, kwargs)
         offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     except Exception:  # noqa: BLE001 - slow tokenizer or template without usable markers: locate instead
         return None

@@ -12,7 +12,7 @@ import sys
 from typing import Callable, Literal, get_args
 
 from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
-from swiftbox.device.cpu import CpuPlatform
+from swiftbox.device.cpu import BF16_ENV, CpuPlatform, bf16_mode
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.npu import NpuPlatform, npu_import_error
@@ -108,5 +108,5 @@ def _reset_for_tests() -> None:
 __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceChoice", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
     "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
-    "parse_devices", "unavailable_reasons", "DETECT_ERRORS",
+    "parse_devices", "unavailable_reasons", "DETECT_ERRORS", "BF16_ENV", "bf16_mode",
 ]

@@ -68,6 +68,8 @@ class Platform:
     # checkpoint quantization formats (config.json quant_method) that engine serves here, and what to do otherwise
     vllm_quantizations: ClassVar[tuple[str, ...]] = ("gptq", "awq", "bitsandbytes", "fp8")
     vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
+    # why `engine: auto` picks the built-in engine even where vLLM is installed (None: auto picks vLLM)
+    vllm_auto_instead: ClassVar[str | None] = None
 
     # -- detection -------------------------------------------------------------------------
     @classmethod
@@ -195,6 +197,13 @@ class Platform:
             out[feature] = "yes" if refusal is None else f"no - {refusal.why}"
         return out
 
+    # -- the vLLM engine's launch ----------------------------------------------------------
+    def vllm_launch(self, cfg: Any, weights_bytes: int) -> tuple[list[str] | None, list[str], dict[str, str],
+                                                                  list[str]]:
+        """(command, extra flags, extra env, notes) for this platform's vLLM child. command None: the `vllm serve`
+        CLI; else a command that takes `--model MODEL` (the OpenAI api_server module)."""
+        return None, [], {}, []
+
     # -- child processes -------------------------------------------------------------------
     def env_for(self, devices: Devices | list[int] | int | str | None = None) -> dict[str, str]:
         """Environment for a child process (torchrun worker, vLLM server) that must use `devices`.
@@ -240,7 +249,8 @@ def _importable(pkg: str) -> bool:
 # checked by `compare`): device visibility, collectives, allocators, threads, determinism switches
 RELEVANT_ENV_PREFIXES = ("CUDA_", "ASCEND_", "HCCL_", "NCCL_", "PYTORCH_", "TORCH_", "CUBLAS_", "OMP_", "MKL_",
                          "ACCELERATE_", "TASK_QUEUE_ENABLE", "COMBINED_ENABLE", "INF_NAN_MODE_ENABLE",
-                         "SWIFTBOX_DEVICE", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+                         "SWIFTBOX_DEVICE", "SWIFTBOX_CPU_BF16", "TOKENIZERS_PARALLELISM", "LOCAL_WORLD_SIZE",
+                         "WORLD_SIZE")
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 

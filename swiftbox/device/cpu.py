@@ -1,18 +1,35 @@
 """CPU platform: always available; gloo for multi-process. Default dtype: bf16 where the CPU multiplies bf16
 natively (x86 AMX-BF16 or AVX512_BF16, Arm's BF16 extension: bf16 GEMMs then run at 2-16x the fp32 rate), else
 fp32: bf16 always works on a CPU (torch's kernels), but without those units (e.g. an AVX2-only EPYC) torch converts
-to fp32 and back and bf16 is slower than fp32 itself. `bf16_native()` says which, from the kernel's CPU flags."""
+to fp32 and back and bf16 is slower than fp32 itself. `bf16_native()` says which, from the kernel's CPU flags, unless
+`SWIFTBOX_CPU_BF16=on|off` forces the answer (`auto`, the default, reads the flags): `on` makes any CPU behave as a
+bf16-native one (bf16 still computes correctly through torch's kernels, only slower), so the bf16 policy can be
+tested on an AVX2 box; `off` makes an AMX machine compute in fp32."""
 from __future__ import annotations
 
 import os
 import platform as _platform
 
+from swiftbox.device import vllm_cpu
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
+from swiftbox.errors import UserError
 
 # /proc/cpuinfo flags of the units that multiply bf16 natively: Intel Sapphire Rapids+ AMX, Cooper Lake / Zen 4+
 # AVX512_BF16, Arm v8.6+ BF16 (its "Features" line)
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 CPUINFO = "/proc/cpuinfo"
+BF16_ENV = "SWIFTBOX_CPU_BF16"
+BF16_MODES = ("auto", "on", "off")
+
+
+def bf16_mode(environ: dict | None = None) -> str:
+    """SWIFTBOX_CPU_BF16: auto (read the CPU flags, the default), on (behave as a bf16-native CPU), off (fp32).
+    A bad value is a UserError (exit 2, one line)."""
+    raw = (os.environ if environ is None else environ).get(BF16_ENV, "")
+    mode = raw.strip().lower() or "auto"
+    if mode not in BF16_MODES:
+        raise UserError(f"{BF16_ENV}: expected one of {', '.join(BF16_MODES)}, got {raw!r}")
+    return mode
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
@@ -44,8 +61,6 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     default_env = {}
     refusals = {
-        "vllm": Refusal("vLLM needs a CUDA GPU or an Ascend NPU "
-                        "(vllm-ascend)", "the built-in engine (engine: builtin)"),
         "vllm-colocate": Refusal("TRL's vLLM colocate mode runs vLLM on a CUDA GPU inside the trainer",
                                  "rollouts by the model's own generate (use_vllm: false)"),
         "flash-attn": Refusal("flash-attn is a CUDA kernel library", "attn_implementation sdpa (the default)"),
@@ -55,9 +70,49 @@ class CpuPlatform(Platform):
         "fp16": Refusal("fp16 matmuls on CPU are slow and unstable for training", "float32 or bfloat16"),
     }
 
+    # vLLM's CPU backend (vllm-cpu, its own venv: device/vllm_cpu.py) serves unquantized checkpoints here
+    vllm_package = "vllm-cpu"
+    vllm_quantizations = ()
+    vllm_quantization_instead = "serve the merged model with vLLM, or the quantized one with the built-in engine"
+    vllm_auto_instead = ("on the CPU auto keeps the built-in engine: it starts in seconds and serves adapters without "
+                         "vLLM-CPU's eager-mode LoRA penalty; --engine vllm runs vLLM-CPU (docs/serving.md)")
+    # below these, torch.compile's start-up (~100 s more, measured) costs more than its speed-up returns
+    EAGER_BELOW_CORES = 8
+
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    def hardware_refusal(self, feature: str) -> Refusal | None:
+        if feature != "vllm":
+            return None
+        why = vllm_cpu.missing_reason()
+        return None if why is None else Refusal(why, "`./launch.sh install vllm`, or the built-in engine "
+                                                     "(engine: builtin)")
+
+    def _package_for(self, feature: str) -> str | None:
+        return None if feature == "vllm" else super()._package_for(feature)   # its own venv, not importable here
+
+    def vllm_launch(self, cfg: object, weights_bytes: int) -> tuple[list[str] | None, list[str], dict[str, str],
+                                                                      list[str]]:
+        """vLLM-CPU's command, extra flags, env and notes: the api_server module of its venv (the renamed
+        distribution breaks the `vllm` CLI), a KV cache sized from free memory (vLLM-CPU otherwise reserves 92% of
+        RAM; $VLLM_CPU_KVCACHE_SPACE, GiB, overrides), eager mode on small boxes (SWIFTBOX_VLLM_COMPILE=1 asks for
+        torch.compile), and vLLM's own thread binding left as is (it keeps a core for the engine core process)."""
+        from swiftbox.device.vllm_kv import kv_cache_bytes
+
+        flags: list[str] = []
+        env: dict[str, str] = {}
+        notes: list[str] = []
+        if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kv = kv_cache_bytes(self.memory().free_bytes, weights_bytes)
+            flags += ["--kv-cache-memory-bytes", str(kv)]
+            notes.append(f"KV cache {kv / 2**20:.0f} MiB (from free memory; VLLM_CPU_KVCACHE_SPACE=GiB overrides)")
+        cores = os.cpu_count() or 1
+        if cores < self.EAGER_BELOW_CORES and os.environ.get("SWIFTBOX_VLLM_COMPILE", "") not in ("1", "on"):
+            flags.append("--enforce-eager")
+            notes.append(f"eager mode ({cores} cores; SWIFTBOX_VLLM_COMPILE=1 compiles)")
+        return vllm_cpu.server_command(), flags, env, notes
 
     def device_count(self) -> int:
         # processes, not cores: CPU "devices" are the ranks a gloo run may use
@@ -70,7 +125,11 @@ class CpuPlatform(Platform):
         return True  # works (slowly) through torch's CPU kernels
 
     def bf16_native(self) -> bool:
-        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16 / Arm BF16)."""
+        """True where the CPU has a native bf16 matmul unit (AMX / AVX512-BF16 / Arm BF16), or SWIFTBOX_CPU_BF16
+        forces the answer (on / off)."""
+        mode = bf16_mode()
+        if mode != "auto":
+            return mode == "on"
         return bool(native_bf16_flags())
 
     def default_dtype(self) -> str:
@@ -94,4 +153,7 @@ class CpuPlatform(Platform):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
     def versions(self) -> dict[str, str]:
-        return {"cpu_count": str(os.cpu_count()), "native_bf16": ",".join(native_bf16_flags()) or "none"}
+        flags = ",".join(native_bf16_flags()) or "none"
+        mode = bf16_mode()
+        return {"cpu_count": str(os.cpu_count()),
+                "native_bf16": flags if mode == "auto" else f"{flags} ({BF16_ENV}={mode})"}

@@ -56,7 +56,7 @@ def parse_devices(value: Any) -> Optional[Devices]:
         return Devices(count=value)
     if isinstance(value, (list, tuple)):
         if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-            raise ValueError(f"expected a list of device ids like [0, 1], got {value!r}")
+            raise ValueError(f"expected a list of device ids like [0, 1], got {repr(value)[:80]}")
         return _ids([int(v) for v in value], value)
     if isinstance(value, str):
         text = value.strip()

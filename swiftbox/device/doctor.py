@@ -1,13 +1,17 @@
 """`./launch.sh doctor`: what swiftbox sees - platform, devices, memory, dtype, capabilities, versions,
 why each other platform is not available, and the installed versions checked against the known-good
-sets in compat_matrix.json (with the pip command that fixes a mismatch). `--json` for scripts (its
-"compatible" field is false on a known mismatch); the exit code stays 0 - doctor reports, it does not fail.
+sets in compat_matrix.json (with the pip command that fixes a mismatch), and the installed packages whose
+version differs from the lock install.sh applies (swiftbox/constraints/, swiftbox/pins.py). `--json` for
+scripts (its "compatible" field is false on a known mismatch; "lock" lists the differences); the exit code
+stays 0 - doctor reports, it does not fail.
 """
 from __future__ import annotations
 
 import os
 
+from swiftbox.device import BF16_ENV, bf16_mode
 from swiftbox.device.base import Platform
+from swiftbox.device.dtype_policy import policy_rows
 from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
@@ -45,6 +49,8 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "device_count": count,
         "devices": devices,
         "dtype": platform.default_dtype(),
+        "cpu_bf16": bf16_mode(),
+        "dtype_policy": policy_rows(platform),
         "dist_backend": platform.dist_backend,
         "capabilities": platform.capability_matrix(),
         "versions": {k: v or ("not found" if k == "cann" else "not installed")
@@ -53,12 +59,25 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "runtime": _safe_versions(platform),
         "compatibility": [f.as_dict() for f in findings],
         "compatible": not any(f.status == "error" for f in findings),
-        "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE",
+        "lock": lock_report(platform.name),
+        "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE", BF16_ENV,
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
     if "npu" in broken_backends():
         info["torch_npu_error"] = broken_backends()["npu"]
     return info
+
+
+def lock_report(platform_name: str) -> dict:
+    """The lock files install.sh applies here and the installed packages whose version differs from them."""
+    from swiftbox import pins
+
+    files = pins.files_for(platform_name)
+    try:
+        differs = pins.differences(platform_name)
+    except (OSError, ValueError) as exc:   # a missing or hand-broken lock file must not break the report
+        return {"files": [f"swiftbox/constraints/{f.name}" for f in files], "error": str(exc), "differs": []}
+    return {"files": [f"swiftbox/constraints/{f.name}" for f in files], "differs": differs}
 
 
 def _safe_versions(platform: Platform) -> dict[str, str]:
@@ -96,6 +115,14 @@ def doctor(as_json: bool = False, device: str | None = None, versions: dict | No
     for feature, status in info["capabilities"].items():
         caps.add_row(feature, escape(status))
     console.print(caps)
+    policy = Table(title=f"dtype policy (swiftbox/device/dtype_policy.py; {BF16_ENV}={info['cpu_bf16']})",
+                   title_justify="left")
+    for col in ("step", "compute", "save", "check (relative |Δlogit| tolerance)"):
+        policy.add_column(col)
+    for row in info["dtype_policy"]:
+        checked = f"{row['check']} ({row['tolerance']:g})" if row["check"] else "-"
+        policy.add_row(escape(row["step"]), row["compute"], escape(row["save"] or "-"), checked)
+    console.print(policy)
     libs = Table(title="libraries", title_justify="left")
     libs.add_column("package")
     libs.add_column("version")
@@ -112,6 +139,20 @@ def doctor(as_json: bool = False, device: str | None = None, versions: dict | No
         check.add_row(f"[{style}]{f['status']}[/{style}]", f["component"], escape(f["message"]),
                       escape(f["fix"] or ""))
     console.print(check)
+    lock = info["lock"]
+    where = " + ".join(lock["files"])
+    if lock.get("error"):
+        console.print(f"[yellow]version lock ({escape(where)}): unreadable - {escape(lock['error'])}[/yellow]")
+    elif not lock["differs"]:
+        console.print(f"version lock ({escape(where)}): every installed package is at its locked version")
+    else:
+        drift = Table(title=f"differs from the version lock ({where}; ./install.sh re-applies it, "
+                            "SWIFTBOX_FLOAT=1 installs float on purpose)", title_justify="left")
+        for col in ("package", "installed", "locked"):
+            drift.add_column(col)
+        for d in lock["differs"]:
+            drift.add_row(d["name"], escape(d["installed"]), escape(d["locked"]))
+        console.print(drift)
     for key, value in info["env"].items():
         console.print(f"  {key}={escape(value)}")
     return 0

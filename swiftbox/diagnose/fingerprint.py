@@ -51,22 +51,36 @@ def dataset_fingerprint(spec: str) -> dict:
 
     path, sample = split_spec(spec)
     info: dict[str, Any] = {"ref": spec, "sample": sample}
+    if path.is_dir():   # pt reads directories of .txt / .jsonl
+        return {**info, "files": [dataset_fingerprint(str(p)) for p in sorted(path.iterdir()) if p.is_file()]}
     if not path.is_file():
         return {**info, "error": "not a file"}
     columns: list[str] = []
-    if path.suffix.lower() in (".jsonl", ".json", ".parquet"):
+    if path.suffix.lower() in (".json", ".parquet"):
         rows = read_file(path)
         count = len(rows)
         columns = sorted({k for row in rows[:200] if isinstance(row, dict) for k in row})
-    else:  # plain text (perplexity / probe files): one row a non-empty line
-        count = sum(1 for line in path.read_text(errors="replace").splitlines() if line.strip())
+    else:  # jsonl and plain text, read line by line (a streamed dataset may be larger than memory)
+        count, seen = 0, set()
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                count += 1
+                if path.suffix.lower() == ".jsonl" and count <= 200:
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    seen |= set(row) if isinstance(row, dict) else set()
+        columns = sorted(seen)
     return {**info, "sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": count, "columns": columns}
 
 
 def weights_fingerprint(ref: str) -> dict:
-    from swiftbox.hub.resolve import is_local_ref, resolve_model
+    from swiftbox.hub.resolve import resolve_model, resolves_without_network
 
-    if not (ref == "toy" or ref.startswith("toy:") or is_local_ref(ref)):
+    if not resolves_without_network(ref):
         return {"ref": ref, "error": "hub id: not hashed (download it first, or pass its directory)"}
     root = resolve_model(ref)
     files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))

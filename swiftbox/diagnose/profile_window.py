@@ -2,9 +2,10 @@
 
 The platform supplies the profiler (torch.profiler with CPU (+ CUDA) activities; torch_npu.profiler with its
 experimental config on Ascend); this callback drives it: start at train begin, `step()` after each optimizer
-step, stop at train end. It opens `swiftbox::forward` (around the model's forward) and `swiftbox::optimizer`
-ranges so the summary can split step time, and measures tokens/s over the recorded steps. Nothing here
-touches the computation: hooks only open and close profiler ranges (tested: same loss with and without).
+step, stop at train end. It opens `swiftbox::forward` (around the model's forward), `swiftbox::lm_head` (around
+the LM head's forward) and `swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s
+over the recorded steps. Nothing here touches the computation: hooks only open and close profiler ranges
+(tested: same loss with and without).
 
 Output under <out>/profile/: trace/ (Chrome trace JSON: TensorBoard's PyTorch profiler plugin and Perfetto
 open it), summary.json and summary.txt.
@@ -73,6 +74,10 @@ class ProfileWindow(TrainerCallback):
         if model is not None:
             self.hooks = [model.register_forward_pre_hook(lambda *a: self._open("forward")),
                           model.register_forward_hook(lambda *a: self._close("forward"))]
+            head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+            if head is not None:
+                self.hooks += [head.register_forward_pre_hook(lambda *a: self._open("lm_head")),
+                               head.register_forward_hook(lambda *a: self._close("lm_head"))]
         self._record_function = torch.profiler.record_function
         self.prof.start()
         self.mark, self.tokens_mark = time.perf_counter(), state.num_input_tokens_seen

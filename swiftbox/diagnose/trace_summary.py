@@ -21,7 +21,12 @@ from typing import Iterable
 
 from swiftbox.errors import UserError
 
-PHASES = ("data_wait", "forward", "backward", "optimizer")
+PHASES = ("data_wait", "lm_head_loss", "forward", "backward", "optimizer")   # earlier phases claim time first
+# the LM head's forward (the `swiftbox::lm_head` range) and the loss over the vocabulary, both directions (its
+# backward matmuls are not told apart from the other layers' and stay in `backward`)
+LOSS_OPS = ("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax", "aten::nll_loss_nd",
+            "aten::nll_loss", "aten::logsumexp")
+LOSS_GRADS = ("LogSoftmaxBackward", "NllLossBackward", "LogsumexpBackward")
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 Interval = tuple[float, float]
 
@@ -42,10 +47,12 @@ def load_events(path: Path) -> list[dict]:
 def phase_of(name: str) -> str | None:
     if name.startswith("enumerate(DataLoader)"):
         return "data_wait"
+    if name == "swiftbox::lm_head" or name in LOSS_OPS:
+        return "lm_head_loss"
     if name == "swiftbox::forward":
         return "forward"
     if name.startswith("autograd::engine::evaluate_function"):
-        return "backward"
+        return "lm_head_loss" if any(g in name for g in LOSS_GRADS) else "backward"
     if name == "swiftbox::optimizer" or name.startswith("Optimizer.step#"):
         return "optimizer"
     return None

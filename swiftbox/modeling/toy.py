@@ -121,8 +121,8 @@ def new_model(tokenizer, seed: int = 0, shape: dict | None = None):
 def heldout_perplexity(model, tokenizer) -> float:
     """Perplexity on assets/toy_heldout.txt, measured exactly as `./launch.sh eval --perplexity` does."""
     from swiftbox.data import load_texts
+    from swiftbox.modeling.scoring import perplexity
     from swiftbox.modeling.toy_corpus import HELDOUT
-    from swiftbox.pipelines.eval import perplexity
 
     return perplexity(model, tokenizer, load_texts(HELDOUT))
 

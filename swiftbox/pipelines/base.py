@@ -22,6 +22,7 @@ from swiftbox.errors import SwiftboxError
 
 if TYPE_CHECKING:
     from swiftbox.device.devices import Devices
+    from swiftbox.device.dtype_policy import DtypePlan
     from swiftbox.steps import StepBase
 
 C = TypeVar("C", bound="StepBase")
@@ -79,6 +80,8 @@ class Pipeline(Protocol[C_contra]):
 
     def execute(self, cfg: C_contra, ctx: StepContext) -> StepResult: ...
 
+    def dtype_plan(self, cfg: C_contra, ctx: StepContext) -> Optional[DtypePlan]: ...
+
 
 def no_check(cfg: Any, platform: Platform) -> None:
     """For pipelines with nothing to refuse before their output directory exists."""
@@ -94,6 +97,19 @@ class Declared(Generic[C]):
     run: Callable[[C, StepContext], StepResult]
     check: Callable[[C, Platform], None] = no_check
     needs_input: bool = True
+    dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None
+
+    def dtype_plan(self, cfg: C, ctx: StepContext) -> Optional[DtypePlan]:
+        """What the step computes / saves / checks in, from swiftbox/device/dtype_policy.py (None: no model work).
+        A pipeline with its own rule declares `dtypes=`; the rest compute in the platform's dtype."""
+        if self.dtypes is not None:
+            return self.dtypes(cfg, ctx)
+        requested = getattr(cfg, "dtype", None)
+        if requested is None:
+            return None
+        from swiftbox.device.dtype_policy import DtypePlan
+
+        return DtypePlan(ctx.dtype(requested))
 
     def execute(self, cfg: C, ctx: StepContext) -> StepResult:
         """Run the step; the one place a result is checked (the runner and the distributed worker use it)."""
@@ -104,6 +120,7 @@ class Declared(Generic[C]):
 
 
 def declare(kind: str, schema: type[C], *, produces_model: bool, run: Callable[[C, StepContext], StepResult],
-            check: Callable[[C, Platform], None] = no_check, needs_input: bool = True) -> Declared[C]:
+            check: Callable[[C, Platform], None] = no_check, needs_input: bool = True,
+            dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None) -> Declared[C]:
     return Declared(kind=kind, schema=schema, produces_model=produces_model, run=run, check=check,
-                    needs_input=needs_input)
+                    needs_input=needs_input, dtypes=dtypes)

@@ -6,7 +6,10 @@
     ./launch.sh chat --url http://host:8000 --adapters mine=runs/x/sft   # load an adapter into it, chat with it
 
 Without --url the model is served on a private 127.0.0.1 port for the session and spoken to with the
-official openai client, so the chat sees exactly what API clients see. With --url, `--adapters` are loaded
+official openai client, so the chat sees exactly what API clients see. Sampling follows the model's own
+generation_config.json (do_sample, temperature, top_p, top_k, repetition_penalty) unless --temperature is given, and is
+greedy where the model has none (with --url: greedy unless --temperature): a small model sampled at an arbitrary
+temperature answers nonsense that its greedy answer does not have. With --url, `--adapters` are loaded
 into the running server (POST /v1/load_lora_adapter) and the chat talks to the last of them. Commands: /reset,
 /exit, /models (what the server serves), /use NAME, /load NAME PATH, /unload NAME.
 """
@@ -28,22 +31,22 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
     if cfg.url:
         key = cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or "unused"
         model = _load_remote_adapters(cfg.url, key, cfg.adapters) or cfg.model
-        return StepResult(metrics=_session(cfg.url.rstrip("/"), key, model, cfg))
+        return StepResult(metrics=_session(cfg.url.rstrip("/"), key, model, cfg, None))
     if not ctx.input:
         raise UserError("chat: give a MODEL to load or --url of a running server")
-    from swiftbox.pipelines.serve import open_backend
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.pipelines.serve import open_checked
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread
     from swiftbox.steps import ServeStep
 
     serve_cfg = ServeStep(adapters=cfg.adapters, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
-    backend, names, close = open_backend(serve_cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir,
+    backend, names, close = open_checked(serve_cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir,
                                          log=lambda m: print(m, file=sys.stderr, flush=True))
     key = secrets.token_urlsafe(16)
     server = None
     try:
         server = ServerThread(build_app(backend, api_key=key)).start()
-        metrics = _session(server.url, key, names.primary, cfg)
+        metrics = _session(server.url, key, names.primary, cfg, sampling_defaults(ctx.input))
         return StepResult(metrics={**metrics, "engine": backend.name})
     finally:
         if server is not None:
@@ -51,9 +54,42 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
         close()
 
 
+def sampling_defaults(ref: str) -> dict:
+    """The request's sampling settings from the model's generation_config.json: its do_sample settings where it
+    samples, else greedy (temperature 0) - also where it has no generation config at all."""
+    import json
+
+    from swiftbox.modeling.loading import resolve_spec
+
+    spec = resolve_spec(ref)
+    config: dict = {}
+    for folder in [*reversed(spec.adapters), spec.base]:
+        try:
+            config = json.loads((folder / "generation_config.json").read_text())
+            break
+        except (OSError, ValueError):
+            continue
+    if not config.get("do_sample"):
+        return {"temperature": 0.0}
+    out: dict = {"temperature": float(config.get("temperature") or 1.0)}
+    if config.get("top_p") not in (None, 1.0):
+        out["top_p"] = float(config["top_p"])
+    extra = {k: config[k] for k in ("top_k", "repetition_penalty") if config.get(k) not in (None, 0, 1.0)}
+    if extra:
+        out["extra_body"] = extra
+    return out
+
+
+def request_sampling(cfg, defaults: dict | None) -> dict:
+    """--temperature wins; else the model's generation_config (`defaults`); else greedy."""
+    if cfg.temperature is not None:
+        return {"temperature": cfg.temperature}
+    return dict(defaults or {"temperature": 0.0})
+
+
 def _load_remote_adapters(url: str, key: str, adapters: dict | None) -> str | None:
     """Load `adapters` into the server at `url`; the last one's name (the model to chat with), or None."""
-    from swiftbox.pipelines.serve.remote import Remote, RemoteError
+    from swiftbox.serving.remote import Remote, RemoteError
 
     if not adapters:
         return None
@@ -74,7 +110,7 @@ def _load_remote_adapters(url: str, key: str, adapters: dict | None) -> str | No
 
 def _command(text: str, remote, model: str, served: list[str]) -> str:
     """A session command (/models, /use, /load, /unload): prints the outcome, returns the model to use."""
-    from swiftbox.pipelines.serve.remote import RemoteError
+    from swiftbox.serving.remote import RemoteError
 
     cmd, *args = text.split()
     try:
@@ -101,7 +137,7 @@ def _command(text: str, remote, model: str, served: list[str]) -> str:
     return model
 
 
-def _session(url: str, key: str, model, cfg) -> dict:
+def _session(url: str, key: str, model, cfg, defaults: dict | None = None) -> dict:
     import openai
 
     base = url if url.endswith("/v1") else url + "/v1"
@@ -116,12 +152,15 @@ def _session(url: str, key: str, model, cfg) -> dict:
         model = next((m for m in served if m.endswith(str(model).rstrip("/").split("/")[-1])), None) or served[0]
     model = model or served[0]
     history = [{"role": "system", "content": cfg.system}] if cfg.system else []
+    sampling = request_sampling(cfg, defaults)
     if cfg.prompt is not None:
-        answer, ttft = _ask(client, model, history + [{"role": "user", "content": cfg.prompt}], cfg, echo=True)
-        return {"model": model, "answer": answer, "ttft_s": round(ttft, 4), "ok": True}
+        answer, ttft = _ask(client, model, history + [{"role": "user", "content": cfg.prompt}], cfg, sampling,
+                            echo=True)
+        return {"model": model, "answer": answer, "ttft_s": round(ttft, 4), "temperature": sampling["temperature"],
+                "ok": True}
     print(f"chatting with {model} at {base}  (served: {', '.join(served)}; /reset clears, /models, /use NAME, "
           "/load NAME PATH, /unload NAME; /exit or Ctrl-D quits)", file=sys.stderr)
-    from swiftbox.pipelines.serve.remote import Remote
+    from swiftbox.serving.remote import Remote
 
     remote = Remote(url, key)
     turns = 0
@@ -143,20 +182,20 @@ def _session(url: str, key: str, model, cfg) -> dict:
             model = _command(text, remote, model, served)
             continue
         history.append({"role": "user", "content": text})
-        answer, _ = _ask(client, model, history, cfg, echo=True, prefix="bot> ")
+        answer, _ = _ask(client, model, history, cfg, sampling, echo=True, prefix="bot> ")
         history.append({"role": "assistant", "content": answer})
         turns += 1
     return {"model": model, "turns": turns, "ok": True}
 
 
-def _ask(client, model: str, messages: list, cfg, *, echo: bool, prefix: str = "") -> tuple[str, float]:
+def _ask(client, model: str, messages: list, cfg, sampling: dict, *, echo: bool, prefix: str = "") -> tuple[str, float]:
     import openai
 
     started = time.perf_counter()
     ttft, parts = None, []
     try:
         stream = client.chat.completions.create(model=model, messages=messages, max_tokens=cfg.max_tokens,
-                                                temperature=cfg.temperature, stream=True)
+                                                stream=True, **sampling)
         if echo and prefix:
             print(prefix, end="", flush=True)
         for chunk in stream:

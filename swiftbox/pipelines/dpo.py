@@ -18,7 +18,7 @@ from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, reference, run_preference
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
@@ -48,11 +48,16 @@ def run(cfg: DpoStep, ctx: StepContext) -> StepResult:
 def build(cfg: DpoStep, tm, train, evals, args: dict, extra: list):
     from trl import DPOConfig, DPOTrainer
 
+    from swiftbox.compat import trl_pretokenized
+    from swiftbox.training.preference import exact_ids
+
     ref_model = copy.deepcopy(tm.model).eval().requires_grad_(False) if cfg.method == "full" else None
     config = DPOConfig(**args, beta=cfg.beta, loss_type=loss_types(cfg), max_length=cfg.max_length)
-    trainer = DPOTrainer(model=tm.model, ref_model=ref_model, args=config, processing_class=tm.tokenizer,
-                         train_dataset=train, eval_dataset=evals, callbacks=extra)
+    train, evals = (exact_ids(d, tm.tokenizer, ("chosen", "rejected")) for d in (train, evals))
+    with trl_pretokenized(DPOTrainer):
+        trainer = DPOTrainer(model=tm.model, ref_model=ref_model, args=config, processing_class=tm.tokenizer,
+                             train_dataset=train, eval_dataset=evals, callbacks=extra)
     return trainer, {"reference": reference("dpo", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

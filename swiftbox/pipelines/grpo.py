@@ -17,7 +17,7 @@ import time
 from swiftbox.device import Platform
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import GrpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.rewards import check_spec, parse_spec
 
 CURVE_KEYS = ("reward", "accuracy", "kl", "completions/mean_length")
@@ -112,4 +112,4 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
     return result
 
 
-PIPELINE = declare("grpo", GrpoStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("grpo", GrpoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

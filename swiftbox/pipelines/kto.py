@@ -14,7 +14,7 @@ from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import KtoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, reference, run_preference
 
 
@@ -31,12 +31,17 @@ def run(cfg: KtoStep, ctx: StepContext) -> StepResult:
 def build(cfg: KtoStep, tm, train, evals, args: dict, extra: list):
     from trl import KTOConfig, KTOTrainer
 
+    from swiftbox.compat import trl_pretokenized
+    from swiftbox.training.preference import exact_ids
+
     ref_model = copy.deepcopy(tm.model).eval().requires_grad_(False) if cfg.method == "full" else None
     config = KTOConfig(**args, beta=cfg.beta, loss_type=cfg.loss_type, desirable_weight=cfg.desirable_weight,
                        undesirable_weight=cfg.undesirable_weight, max_length=cfg.max_length)
-    trainer = KTOTrainer(model=tm.model, ref_model=ref_model, args=config, processing_class=tm.tokenizer,
-                         train_dataset=train, eval_dataset=evals, callbacks=extra)
+    train, evals = (exact_ids(d, tm.tokenizer, ("completion",)) for d in (train, evals))
+    with trl_pretokenized(KTOTrainer):
+        trainer = KTOTrainer(model=tm.model, ref_model=ref_model, args=config, processing_class=tm.tokenizer,
+                             train_dataset=train, eval_dataset=evals, callbacks=extra)
     return trainer, {"reference": reference("kto", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

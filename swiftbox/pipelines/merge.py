@@ -1,11 +1,16 @@
 """merge step: fold LoRA / DoRA / QLoRA adapters into their base model with PEFT `merge_and_unload`.
 
 The base comes from `base:` or the adapter's manifest / adapter_config.json. A QLoRA adapter merges
-onto the un-quantized base in its training compute dtype (never into 4-bit weights). Several adapters
+onto the un-quantized base (never into 4-bit weights). Several adapters
 merge in order, each onto the result of the ones before it. Every merge is verified on a fixed probe:
 base+adapter (unmerged) vs merged in memory, and the saved output reloaded from disk vs base+adapters;
 the largest |Δlogit| is recorded as `max_abs_logit_diff` and a merge past the tolerance fails, so no
 silently wrong output is ever committed.
+
+Dtypes follow the one policy (swiftbox/device/dtype_policy.py): merged and checked in float32 whatever the
+adapters were trained in, saved in the source model's dtype (or `dtype:`). The reloaded output is compared with the
+merged weights rounded to that save dtype (still computed in float32), so every gate is exact - like with like -
+and what the rounding itself costs is reported (`save_rounding_*`), not mistaken for a fault.
 """
 from __future__ import annotations
 
@@ -19,8 +24,6 @@ from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import MergeStep
-
-TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 5e-2}
 
 
 def adapter_chain(refs: list[str], base: str | None):
@@ -70,15 +73,17 @@ def _quantized(path: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def merge_dtype(cfg, ctx, adapters: list[Path]) -> str:
-    """auto: the compute dtype the (last) adapter was trained in, where the platform has it; else the platform's."""
-    if cfg.dtype != "auto":
-        return ctx.dtype(cfg.dtype)
-    for adapter in reversed(adapters):
-        trained = (read_manifest(adapter) or {}).get("dtype")
-        if trained in TOLERANCE and (trained != "bfloat16" or ctx.platform.bf16_supported()):
-            return trained
-    return ctx.dtype("auto")
+def dtype_plan(cfg: MergeStep, ctx: StepContext):
+    """The merge's dtypes from the one policy: float32 compute and check, the source model's dtype on disk."""
+    from swiftbox.device import dtype_policy
+
+    source = "float32"
+    try:
+        spec, _ = adapter_chain(list(cfg.adapters or [ctx.input]), cfg.base)
+        source = dtype_policy.source_dtype(spec.base)
+    except SwiftboxError:
+        pass  # run() refuses the same input with its own message
+    return dtype_policy.merge(ctx.platform, cfg.dtype, source)
 
 
 def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
@@ -89,10 +94,12 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     from peft import PeftModel
 
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer
+    from swiftbox.device import dtype_policy
+    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer, torch_dtype
 
-    dtype = merge_dtype(cfg, ctx, adapters)
-    tolerance = cfg.tolerance or TOLERANCE[dtype]
+    plan = dtype_policy.merge(ctx.platform, cfg.dtype, dtype_policy.source_dtype(spec.base))
+    dtype, save = plan.compute, plan.save or plan.compute           # float32; the source's dtype (or `dtype:`)
+    tolerance = cfg.tolerance or dtype_policy.relative_tolerance(dtype)
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     items = P.read_probe(cfg.probe) if cfg.probe else P.default_probe()
     batch = P.encode(tokenizer, P.render(tokenizer, items))
@@ -103,42 +110,57 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     base_logits = P.logits_on(model, batch)
     stages: list[dict] = []
     reference: Any = None
+    stored: Any = None
     for adapter in adapters:
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
         model.eval()
         reference = P.logits_on(model, batch)  # base (+ earlier merges) + this adapter, unmerged
         model = model.merge_and_unload()
-        stages.append({"adapter": str(adapter), **P.compare(reference, P.logits_on(model, batch), mask)})
+        stored = P.logits_on(model, batch)
+        stages.append({"adapter": str(adapter), **P.compare(reference, stored, mask)})
 
+    merged = stored
+    if save != dtype:   # the weights as the file will hold them (rounded to the save dtype), still computed in float32
+        P.round_weights(model, save)
+        stored = P.logits_on(model, batch)
+        model.to(torch_dtype(save))
+    rounding = P.compare(merged, stored, mask)    # what rounding to the save dtype changes: reported, not a fault
     model.save_pretrained(ctx.work_dir, max_shard_size=cfg.max_shard_size)
     tokenizer.save_pretrained(ctx.work_dir)
     del model
     gc.collect()
     ctx.platform.empty_cache()
 
-    # the output as the next step will see it, against base+adapters computed before any merge of the last one
+    # the output as the next step will see it, computed in the same float32, against the merged weights as saved:
+    # like with like, so any difference is a fault of the file (a missing tied weight, a wrong shard), not rounding
     reloaded = load_model(ModelSpec(base=Path(ctx.work_dir), base_ref=str(ctx.output)), ctx.platform, dtype)
-    on_disk = P.compare(reference, P.logits_on(reloaded, batch), mask)
+    on_disk = P.compare(stored, P.logits_on(reloaded, batch), mask)
     del reloaded
 
     diffs = [s["max_abs_diff"] for s in stages] + [on_disk["max_abs_diff"]]
     worst = max(diffs) if all(math.isfinite(d) for d in diffs) else float("nan")   # max() would drop a NaN
     top = float(reference[mask.bool()].abs().max())
-    if not math.isfinite(top):
-        raise SwiftboxError("merge: base+adapter gives non-finite logits (NaN/inf weights in the adapter?); "
-                            "nothing was written")
+    if not (math.isfinite(top) and math.isfinite(rounding["max_abs_diff"])):
+        where = "base+adapter" if not math.isfinite(top) else f"the merged weights in {save}"
+        raise SwiftboxError(f"merge: {where} give non-finite logits (NaN/inf weights in the adapter, or values "
+                            f"past {save}'s range?); nothing was written")
     scale = max(1.0, top)
     effect = P.compare(base_logits, reference, mask)
-    if not worst / scale <= tolerance:  # NaN-safe: a NaN difference fails
-        raise SwiftboxError(f"merge: verification failed: max |Δlogit| {worst:.3g} between base+adapter and the merged "
-                            f"model exceeds the tolerance {tolerance:g} (x {scale:.3g}) in {dtype}; nothing was "
-                            "written")
+    checks = [*((f"the merged model (adapter {i + 1})", st) for i, st in enumerate(stages)),
+              (f"the saved output, reloaded (against the merged weights in {save})", on_disk)]
+    for what, figures in checks:
+        if not figures["max_abs_diff"] / scale <= tolerance:  # NaN-safe: a NaN difference fails
+            raise SwiftboxError(f"merge: verification failed: max |Δlogit| {figures['max_abs_diff']:.3g} between "
+                                f"base+adapter and {what} exceeds the tolerance {tolerance:g} (x {scale:.3g}) in "
+                                f"{dtype}; nothing was written")
     methods = [(read_manifest(a) or {}).get("method") or _peft_type(a) for a in adapters]
     metrics = {
         "max_abs_logit_diff": worst,
         "relative_logit_diff": worst / scale,
         "cosine_min": min([s["cosine_min"] for s in stages] + [on_disk["cosine_min"]]),
-        "argmax_agreement": on_disk["argmax_agreement"],
+        "argmax_agreement": rounding["argmax_agreement"],
+        "save_rounding_max_abs": rounding["max_abs_diff"],  # the merged weights vs them rounded to the save dtype
+        "save_rounding_relative": rounding["max_abs_diff"] / scale,
         "adapter_effect_max_abs": effect["max_abs_diff"],  # how far the adapters move the base: > 0 or nothing merged
         "adapters": len(adapters),
         "probe_positions": on_disk["positions"],
@@ -146,8 +168,8 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         "seconds": round(time.time() - started, 3),
     }
     info = {"artifact": "model", "merged_from": [str(a) for a in adapters], "base_model": spec.base_ref,
-            "methods": methods, "dtype": dtype, "datasets": _datasets(adapters), "merge_stages": stages,
-            "tolerance": tolerance}
+            "methods": methods, "dtype": save, "compute_dtype": dtype, "datasets": _datasets(adapters),
+            "merge_stages": stages, "tolerance": tolerance}
     return StepResult(metrics=metrics, info=info)
 
 
@@ -173,4 +195,4 @@ def _datasets(adapters: list[Path]) -> list[str]:
     return out
 
 
-PIPELINE = declare("merge", MergeStep, produces_model=True, run=run)
+PIPELINE = declare("merge", MergeStep, produces_model=True, run=run, dtypes=dtype_plan)

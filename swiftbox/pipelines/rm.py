@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import RmStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference
 
 METHOD = Method("rm", "reward model", reward_head=True, margin_key="margin", accuracy_key="accuracy",
@@ -40,4 +40,4 @@ def build(cfg: RmStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"head": "score (num_labels=1)", "score_with": "swiftbox.training.reward_model.score"}
 
 
-PIPELINE = declare("rm", RmStep, produces_model=False, check=check_training, run=run)
+PIPELINE = declare("rm", RmStep, produces_model=False, check=check_training, run=run, dtypes=dtype_plan)

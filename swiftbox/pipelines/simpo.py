@@ -7,10 +7,10 @@ swiftbox.compat.trl_experimental. The flow is the one every preference step shar
 """
 from __future__ import annotations
 
-from swiftbox.compat import trl_experimental
+from swiftbox.compat import trl_experimental, trl_experimental_as_given
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SimpoStep
-from swiftbox.training.model import check_training
+from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference
 
 
@@ -23,9 +23,10 @@ def build(cfg: SimpoStep, tm, train, evals, args: dict, extra: list):
     args = {**args, "include_num_input_tokens_seen": "no"}     # its batches hold chosen_/rejected_input_ids
     config = config_cls(**args, loss_type="simpo", beta=cfg.beta, simpo_gamma=cfg.gamma, cpo_alpha=cfg.cpo_alpha,
                         max_length=cfg.max_length, max_completion_length=cfg.max_length)
-    trainer = trainer_cls(model=tm.model, args=config, processing_class=tm.tokenizer, train_dataset=train,
-                          eval_dataset=evals, callbacks=extra)
+    with trl_experimental_as_given("cpo"):      # the replies as the template renders them, nothing added
+        trainer = trainer_cls(model=tm.model, args=config, processing_class=tm.tokenizer, train_dataset=train,
+                              eval_dataset=evals, callbacks=extra)
     return trainer, {"reference": "none (SimPO)"}
 
 
-PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)

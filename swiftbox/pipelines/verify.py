@@ -29,4 +29,13 @@ def run(cfg: VerifyStep, ctx: StepContext) -> StepResult:
                       info={"artifact": "report", "verify": report.as_dict()})
 
 
-PIPELINE = declare("verify", VerifyStep, produces_model=False, run=run)
+def dtype_plan(cfg: VerifyStep, ctx: StepContext):
+    """Every link runs both sides in one dtype (swiftbox/device/dtype_policy.py): float32, or the quantized side's
+    kernel dtype for a link to a GPTQ/AWQ/FP8 export."""
+    from swiftbox.device import dtype_policy
+
+    dt = dtype_policy.same_model_check(ctx.platform, cfg.dtype)
+    return dtype_policy.DtypePlan(dt, check=dt, note="links to a 16-bit-kernel export run both sides in its dtype")
+
+
+PIPELINE = declare("verify", VerifyStep, produces_model=False, run=run, dtypes=dtype_plan)

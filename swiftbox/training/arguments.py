@@ -1,24 +1,46 @@
 """The transformers/TRL trainer arguments every training step shares, from a TrainBase config.
 
 Precision flags come from the platform (use_cpu / bf16 / fp16); logging goes to our own callbacks
-(rich progress, TensorBoard under <output>/tensorboard), not to tqdm.
+(rich progress, TensorBoard under <output>/tensorboard), not to tqdm. `batching` decides packing per step from the
+step, the platform's measured default and the registry's packing policy for the model's config.json model_type.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from swiftbox.errors import UserError
+from swiftbox.modeling.registry import PACKING_NOT_EXACT, packing_policy
 from swiftbox.training.distributed.args import training_arguments_extra
 
 
-def batching(cfg, platform) -> tuple[bool, bool]:
+def batching(cfg, platform, model_type: str = "") -> tuple[bool, bool]:
     """(packing, group_by_length) of an SFT step: what the step says, else the platform's measured default;
     grouping by length defaults on exactly when batches are padded (a flattened batch has no padding to save).
+    Packing is never chosen for a model type whose packed rows are not exact (registry.PACKING_NOT_EXACT):
+    those pad and group by length, and an explicit `packing: true` on one is refused (exit 2).
     Steps without packing (DPO) are padded and ungrouped."""
     if not hasattr(cfg, "packing"):
         return False, bool(getattr(cfg, "group_by_length", False))
-    packing = cfg.packing if cfg.packing is not None else platform.sft_batching() == "packing"
+    exact = packing_policy(model_type) == "exact"
+    if cfg.packing and not exact:
+        raise UserError(f"packing: true on {model_type}: packing is not exact for this family "
+                        f"({PACKING_NOT_EXACT[model_type]} carry state across the boundary of packed rows, so packed "
+                        f"samples would leak into each other); remove packing: (swiftbox pads and groups by length) "
+                        f"or set packing: false")
+    default = platform.sft_batching() == "packing" and exact
+    packing = cfg.packing if cfg.packing is not None else default
     grouped = cfg.group_by_length if cfg.group_by_length is not None else not packing
     return packing, grouped
+
+
+def describe_batching(cfg, platform, model_type: str = "") -> str:
+    """The batching an SFT step runs, in words, for its header and `metrics.batching`: 'packing', 'padded,
+    grouped by length' or 'padded', with the reason when the packing policy turned packing off."""
+    packing, grouped = batching(cfg, platform, model_type)
+    words = "packing" if packing else ("padded, grouped by length" if grouped else "padded")
+    if not packing and getattr(cfg, "packing", None) is None and packing_policy(model_type) != "exact":
+        words += f" (packing not exact on {model_type}: {PACKING_NOT_EXACT[model_type]})"
+    return words
 
 
 def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:

@@ -38,6 +38,14 @@ class TrainModel:
     save_dtype: Optional[str] = None   # full fine-tuning: cast the float32 master weights back to this to save
 
 
+def dtype_plan(cfg: TrainBase, ctx):
+    """The training steps' dtypes (swiftbox/device/dtype_policy.py): the platform's compute dtype; adapters saved in
+    float32, full fine-tuning in the compute dtype."""
+    from swiftbox.device import dtype_policy
+
+    return dtype_policy.training(ctx.platform, cfg.dtype, full=cfg.method == "full")
+
+
 def check_training(cfg: TrainBase, platform: Platform) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
     naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""
@@ -66,6 +74,28 @@ def lora_config(cfg, task_type: str = "CAUSAL_LM"):
                       target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type)
 
 
+def config_model_type(base) -> str:
+    """The model_type in the config.json of a local model directory ('' when there is none to read)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return str(json.loads((Path(str(base)) / "config.json").read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def refuse_family(base) -> None:
+    """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
+    model_type, before any weights load."""
+    from swiftbox.errors import Unsupported
+    from swiftbox.modeling.registry import training_refusal
+
+    reason = training_refusal(config_model_type(base))
+    if reason:
+        raise Unsupported(reason)
+
+
 def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool = False) -> TrainModel:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -73,6 +103,10 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     if spec.quantized:
         raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
                         f"model (method: qlora quantizes on the fly)")
+    refuse_family(spec.base)
+    from swiftbox.training.arguments import batching
+
+    packed = batching(cfg, platform, config_model_type(spec.base))[0]   # exit 2 here: packing: true where not exact
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map
@@ -81,10 +115,8 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
     # bf16 weights AdamW's small updates round away (on an H100 the quickstart's SFT stalled at 0.53 accuracy
     # where float32 reaches 1.0), and fp16 weights cannot be unscaled at all. Adapters are float32 already (PEFT).
     master = cfg.method == "full" and dtype in ("bfloat16", "float16")
-    from swiftbox.training.arguments import batching
-
     kwargs = dict(dtype=torch_dtype("float32" if master else dtype), trust_remote_code=cfg.trust_remote_code,
-                  use_safetensors=True, attn_implementation=platform.attn_implementation(batching(cfg, platform)[0]))
+                  use_safetensors=True, attn_implementation=platform.attn_implementation(packed))
     device_map = model_device_map(cfg, platform)      # each rank its local device; None under ZeRO-3 / FSDP
     if device_map is not None:
         kwargs["device_map"] = device_map

@@ -126,6 +126,16 @@ def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> 
     return result
 
 
+def exact_ids(dataset: Any, tokenizer: Any, sides: tuple[str, ...]) -> Any:
+    """The split strings plus their token columns (data.preference_ids), for trainers run under
+    compat.trl_pretokenized; None stays None."""
+    if dataset is None:
+        return None
+    from swiftbox import data
+
+    return dataset.map(lambda row: data.preference_ids(tokenizer, row, sides))
+
+
 def held_out(figures: dict, method: Method) -> dict:
     """The trainer's eval figures under the names the training figures have (eval_reward_margin, ...)."""
     names = {method.margin_key: "eval_reward_margin", method.accuracy_key: "eval_reward_accuracy", "loss": "eval_loss"}

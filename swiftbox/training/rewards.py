@@ -1,7 +1,8 @@
 """GRPO rewards named in a recipe: `rewards: [exact, "regex:^(yes|no)$", "my_rewards.py:score", "model:runs/x/rm"]`.
 
 Three stages, so bad input is one line before any work:
-- `parse_spec(text)` — syntax only (the step schema calls it: a bad spec is exit 2 at validation);
+- `parse_spec(text)` — syntax only, in swiftbox/reward_spec.py (the step schema calls it: a bad spec is exit 2
+  at validation, and the schema sits below training);
 - `check_spec(spec)` — what needs the disk: a user's Python file is imported (only when a recipe names it) and
   its function looked up; a reward model directory must exist (the pipeline's check, before `<out>.partial`);
 - `build(...)` — the callables handed to `trl.GRPOTrainer(reward_funcs=...)`.
@@ -18,67 +19,17 @@ import importlib.util
 import math
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from swiftbox.data.answers import matches, normalise
 from swiftbox.errors import UserError
+from swiftbox.reward_spec import FORMS, RewardSpec, parse_spec
+
+__all__ = ["FORMS", "RewardSpec", "build", "check_spec", "load_function", "parse_spec"]
 
 NEEDS_REFERENCE = ("exact", "contains", "choice")
-SIMPLE = ("exact", "contains", "choice", "length")
-FORMS = "exact | contains | choice | length | regex:PATTERN | format:<TAG> | path/to/file.py:function | model:DIR"
-TAG_RE = re.compile(r"^[A-Za-z_][\w-]*$")
 MAX_CHOICES = 26
-
-
-@dataclass(frozen=True)
-class RewardSpec:
-    text: str               # as written in the recipe
-    kind: str               # exact | contains | choice | length | regex | format | python | model
-    arg: str = ""           # regex pattern, format tag, python file or model directory
-    function: str = ""      # python: the function's name
-
-    @property
-    def name(self) -> str:
-        """The name TRL logs the reward under (rewards/<name>/mean)."""
-        return {"regex": "regex", "format": f"format_{self.arg}", "python": self.function,
-                "model": "reward_model"}.get(self.kind, self.kind)
-
-
-def parse_spec(text: str) -> RewardSpec:
-    """One reward spec; ValueError (exit 2 through the schema) naming what is expected."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"empty reward; expected {FORMS}")
-    text = text.strip()
-    if text in SIMPLE:
-        return RewardSpec(text, text)
-    head, sep, rest = text.partition(":")
-    if sep and head == "regex":
-        try:
-            compiled = re.compile(rest)
-        except re.error as exc:
-            raise ValueError(f"reward {text!r}: not a regular expression ({exc})") from None
-        if not rest:
-            raise ValueError(f"reward {text!r}: empty pattern; expected regex:PATTERN")
-        if compiled.groups > 1:
-            raise ValueError(f"reward {text!r}: at most one group (the answer compared with the reference)")
-        return RewardSpec(text, "regex", rest)
-    if sep and head == "format":
-        tag = rest.strip().rstrip(".…").strip().lstrip("<").rstrip(">")
-        if not TAG_RE.match(tag):
-            raise ValueError(f"reward {text!r}: expected format:<TAG> such as format:<think>")
-        return RewardSpec(text, "format", tag)
-    if sep and head == "model":
-        if not rest.strip():
-            raise ValueError(f"reward {text!r}: expected model:DIR, a reward model from the rm step")
-        return RewardSpec(text, "model", rest.strip())
-    file, sep, function = text.rpartition(":")
-    if sep and file.endswith(".py"):
-        if not function.isidentifier():
-            raise ValueError(f"reward {text!r}: {function!r} is not a Python function name; expected FILE.py:function")
-        return RewardSpec(text, "python", file, function)
-    raise ValueError(f"unknown reward {text!r}; expected {FORMS}")
 
 
 def check_spec(spec: RewardSpec) -> None:

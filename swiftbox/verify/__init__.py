@@ -3,8 +3,8 @@
 One table, exit 1 when any check fails, each failure also printed as one line naming what is wrong:
 - files (files.py): safetensors only and readable, quantized layers really quantized, tokenizer, chat
   template renders the probe, generation config stops at the end of turn and does not sample by surprise;
-- engine (engine_fit.py): adapters against the engine's LoRA limits, the quantization format against
-  what the engine serves on this platform;
+- engine (engine_fit.py, with the facts from swiftbox/serving/fit.py): adapters against the engine's LoRA
+  limits, the quantization format against what the engine serves on this platform;
 - parity (chain.py): base+adapter -> merged -> quantized -> served, per link max |Δlogit|, argmax and
   greedy-answer agreement with thresholds per link type.
 
@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.serving.fit import ENGINES, vocab_size
 from swiftbox.verify.report import Check, Report, print_table
-
-ENGINES = ("builtin", "vllm")
 
 
 def _heads(spec) -> list[tuple[str, Path]]:
@@ -50,18 +49,10 @@ def static_checks(report: Report, artifact: str, engine: str, platform, probe: l
     weights_ok = all([files.check_adapter(report, f"adapter {a.name}", a) for a in spec.adapters]) and weights_ok  # noqa: C419
     tok = files.check_tokenizer(report, "tokenizer", spec, probe)
     files.check_generation_config(report, "model", spec.base, tok)
-    base_vocab = _vocab_size(spec.base)
+    base_vocab = vocab_size(spec.base)
     engine_fit.check_adapters(report, spec.adapters, engine, base_vocab)
     engine_fit.check_quantization(report, spec.quantized, engine, platform)
     return spec if weights_ok and tok is not None else None
-
-
-def _vocab_size(folder: Path) -> int | None:
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
 
 
 def verify(artifact: str, *, engine: str = "builtin", against: str | None = None, device: str | None = None,
@@ -76,7 +67,8 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     if not Path(artifact).exists() and artifact != "toy":
         raise UserError(f"verify: {artifact} does not exist; pass a model, adapter, merged or quantized directory")
     platform = platform or current_platform(device)
-    dt = platform.resolve_dtype(dtype)
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"verify --dtype: expected auto, float32, bfloat16 or float16, got {dtype!r}")
     items = list(probe) if probe is not None else P.default_probe()
     report = Report(artifact=artifact, engine=engine)
     spec = static_checks(report, artifact, engine, platform, items)
@@ -90,13 +82,13 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
             report.add("parity", f"{node.label} ({node.ref})", False, "cannot be loaded (run verify on it for why)")
             return report
     try:
-        chain.measure(nodes, platform, dt, items)
+        chain.measure(nodes, platform, dtype, items)
     except Exception as exc:  # noqa: BLE001 - a model that does not load or run on the probe is the finding
-        node = next((n for n in nodes if n.logits is None), nodes[-1])
+        node = next((n for n in nodes if not n.logits), nodes[-1])
         report.add("parity", f"{node.label} ({node.ref})", False,
                    f"does not load or run ({' '.join(str(exc).split())[:200]})")
         return report
-    chain.check_links(report, nodes, dt)
+    chain.check_links(report, nodes, platform, dtype)
     if not serve:
         report.add("parity", "served", None, "skipped (--no-serve)")
     elif engine == "vllm" and platform.why_not("vllm") is not None:
@@ -107,7 +99,7 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
                    "skipped: the HTTP link is measured with the built-in engine; run verify --engine builtin")
     else:
         with tempfile.TemporaryDirectory(prefix="swiftbox-verify-") as work:
-            chain.check_served(report, nodes[-1], platform, dt, items, Path(work))
+            chain.check_served(report, nodes[-1], platform, dtype, items, Path(work))
     return report
 
 

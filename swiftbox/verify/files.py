@@ -102,7 +102,7 @@ def check_finite(report: Report, label: str, shards: list[Path]) -> bool:
 
 def check_weights(report: Report, label: str, folder: Path) -> bool:
     """safetensors only, every shard readable, the index's shards present, quantized layers really quantized."""
-    from swiftbox.pipelines.quantize.quality import read_quantization
+    from swiftbox.modeling.loading import read_quantization
 
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and "training_args" not in p.name)
     shards = sorted(folder.glob("*.safetensors"))

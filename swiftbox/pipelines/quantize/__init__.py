@@ -58,6 +58,14 @@ def check(cfg: QuantizeStep, platform: Platform) -> None:
     platform.require(METHODS[cfg.method].feature)
 
 
+def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
+    """From the one policy: the export computes in its kernels' dtype (16-bit for GPTQ/AWQ/FP8) and the quality gate
+    measures the unquantized source in that same dtype, so the gate sees the quantization, not a change of dtype."""
+    from swiftbox.device import dtype_policy
+
+    return dtype_policy.quantize(ctx.platform, cfg.dtype, sixteen_bit=METHODS[cfg.method].sixteen_bit)
+
+
 def check_input(ref: str):
     """The ModelSpec of `ref`, refusing adapters (merge first) and models that are already quantized."""
     from swiftbox.hub.resolve import resolve_model
@@ -83,7 +91,8 @@ def layout_of(cfg) -> str:
 
 def accuracy(model, tokenizer, pairs: list) -> float:
     """Greedy accuracy on (messages, reference) pairs, as the eval step measures it."""
-    from swiftbox.pipelines.eval import generate, matches
+    from swiftbox.data.answers import matches
+    from swiftbox.modeling.scoring import generate
 
     predictions = generate(model, tokenizer, [p for p, _ in pairs], 16, 16)
     return round(sum(matches(pred, ref, "exact") for pred, (_, ref) in zip(predictions, pairs)) / len(pairs), 4)
@@ -94,7 +103,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     import importlib
 
     from swiftbox import parity as P
-    from swiftbox.modeling.loading import gptq_dtype, load_model, load_tokenizer, resolve_spec, torch_dtype
+    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
     from swiftbox.pipelines.quantize import quality
 
     check(cfg, ctx.platform)
@@ -108,14 +117,14 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         pairs = data.load_eval(cfg.eval_dataset, None)
 
     started = time.time()
-    dtype = gptq_dtype(ctx.platform, ctx.dtype(cfg.dtype)) if method.sixteen_bit else ctx.dtype(cfg.dtype)
+    dtype = dtype_plan(cfg, ctx).compute     # the export's compute dtype; the source is measured in the same one
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     calib_texts, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
     calib, held = tokenize(tokenizer, calib_texts, cfg.max_length), tokenize(tokenizer, held_texts, cfg.max_length)
     group_size, note = fit_group_size(cfg.group_size, layer_widths(spec.base)) if method.calibrated else (-1, None)
     probe = P.encode(tokenizer, P.render(tokenizer, P.default_probe()))
 
-    source = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
+    source = load_model(spec, ctx.platform, dtype, trust_remote_code=cfg.trust_remote_code)
     ppl_before, logits_before = quality.perplexity(source, held), P.logits_on(source, probe)
     acc_before = accuracy(source, tokenizer, pairs) if pairs else None
     del source
@@ -176,7 +185,7 @@ def loaders(method: str) -> list[str]:
     return ["transformers"]
 
 
-PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run)
+PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)
 
 __all__ = [
     "BUNDLED",

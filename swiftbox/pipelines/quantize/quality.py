@@ -8,7 +8,6 @@ figure passes only when `figure <= bound` (or `>=`) is true, so NaN fails.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -141,10 +140,3 @@ def gate(metrics: dict, inspection: dict, tol: dict[str, float]) -> list[str]:
             broken.append(f"{figure} {value:.4g} (needs {op} {limit:g})")
     return broken
 
-
-def read_quantization(folder: Path) -> dict:
-    """The `quantization_config` of a saved model (empty when it has none)."""
-    try:
-        return json.loads((Path(folder) / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError):
-        return {}

@@ -23,7 +23,7 @@ def write(cfg, spec, ctx, tokenizer, calib: list[dict], dtype, group_size: int) 
 
     from swiftbox.modeling.loading import torch_dtype
 
-    compute = ctx.dtype(cfg.dtype)
+    compute = str(dtype).removeprefix("torch.")   # the step's compute dtype (swiftbox/device/dtype_policy.py)
     qconfig = quantization_config(cfg, ctx.platform, compute)
     model = AutoModelForCausalLM.from_pretrained(spec.base, quantization_config=qconfig, dtype=torch_dtype(compute),
                                                  device_map=ctx.platform.device_map(), use_safetensors=True,

@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
 
     logs.setup()   # SWIFTBOX_VERBOSE travels from the launcher
     logs.quiet_gptqmodel()
+    logs.quiet_progress_bars()
     try:
         spec = load_spec(spec_path)
         distributed._WORKER_SPEC = spec

@@ -1,0 +1,391 @@
+"""The built-in engine's `Backend`: chat template, token budget checks, one Run per request, SSE or JSON answers
+(the bodies built by responses.py from the Run's Outputs).
+
+Each choice (`n`) is its own engine sequence, all n submitted together so they share one prefill; events
+come back on an asyncio queue (logprobs, when asked, arrive just before their token; responses.py shapes
+them). A client that disconnects cancels its sequences, which frees their slots: mid-stream through the
+generator's `finally`, for a plain JSON answer by polling `request.is_disconnected()` while it waits.
+
+Prompts longer than `max_prompt_chars` are refused before tokenizing, and the chat template and tokenizer
+run in a worker thread, so one large prompt never stalls /health or the other streams.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
+from swiftbox.serving.builtin.engine import QueueFull
+from swiftbox.serving.builtin.sampling import SamplingParams
+from swiftbox.serving.builtin.textstream import TextStream
+from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
+from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
+from swiftbox.serving.responses import DONE, Entry, LogprobFormatter, Output, ResponseBuilder, error_event, output
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from swiftbox.serving.adapters import AdapterPolicy
+    from swiftbox.serving.builtin.engine import BuiltinEngine
+    from swiftbox.serving.metrics import ServeMetrics
+
+AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
+
+DEFAULT_CHAT_MAX_TOKENS = 512
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+CHARS_PER_TOKEN_BOUND = 32     # no real text averages more characters per token than this
+DISCONNECT_POLL_S = 0.25
+
+
+class BuiltinBackend:
+    name = "builtin"
+
+    def __init__(self, engine: BuiltinEngine, tokenizer: Any, *, max_model_len: int,
+                 max_prompt_chars: Optional[int] = None):
+        self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
+        self.max_prompt_chars = max_prompt_chars or max_model_len * CHARS_PER_TOKEN_BOUND
+        self.runtime_adapters: Optional[AdapterPolicy] = None   # set by open_backend where clients may load adapters
+        self.observer: Optional[ServeMetrics] = None            # the app's metrics (set by build_app)
+        self.max_lora_rank: Optional[int] = None                # PEFT takes any rank
+        self.thinking = "think>" in (getattr(tokenizer, "chat_template", None) or "")   # may answer <think>...</think>
+
+    def model_names(self) -> list[str]:
+        return self.engine.model_names()
+
+    def public(self, text: str) -> str:
+        """An error message without the server's paths: the model's directory becomes its served name."""
+        where = str(getattr(self.tokenizer, "name_or_path", "") or "")
+        return public_text(text, {where: self.model_names()[0]} if where else {})
+
+    async def healthy(self) -> bool:
+        thread = self.engine._thread
+        return thread is not None and thread.is_alive()
+
+    def engine_stats(self) -> BuiltinEngine:
+        return self.engine
+
+    async def extra_metrics(self) -> bytes:
+        return b""
+
+    async def native(self, path: str, request: Request, stream: bool) -> None:
+        """No API of its own beyond chat: /v1/messages and /v1/responses are translated onto chat."""
+        return None
+
+    async def count_tokens(self, req: ChatCompletionRequest) -> int:
+        self.check_size(sum(len(m.text()) for m in req.messages), "messages")
+        return len(await asyncio.to_thread(self.chat_prompt, req))
+
+    # -- runtime adapters -------------------------------------------------------------------
+    async def load_adapter(self, name: str, path: str) -> None:
+        try:
+            future = self.engine.load_adapter(name, path)
+        except ValueError as exc:   # loaded (or being loaded) already
+            raise ApiError(400, str(exc), param="lora_name", code="adapter_exists") from None
+        try:
+            await asyncio.wrap_future(future)
+        except AdapterLoadError as exc:
+            raise ApiError(400, f"lora_path: {exc}", param="lora_path", code="adapter_unsupported") from None
+
+    async def unload_adapter(self, name: str) -> None:
+        try:
+            self.engine.unload_adapter(name)
+        except KeyError:
+            raise ApiError(404, f"The lora adapter '{name}' cannot be found.", param="lora_name",
+                           code="adapter_not_found") from None
+
+    # -- prompts ----------------------------------------------------------------------------
+    def chat_prompt(self, req) -> list[int]:
+        from swiftbox.data.render import render
+        from swiftbox.errors import UserError
+
+        messages = [m.for_template() for m in req.messages]
+        choice = req.tool_choice
+        if req.tools and choice not in (None, "auto", "none"):
+            raise ApiError(400, "the built-in engine does not force tool calls (tool_choice 'required' or a named "
+                                "function); use tool_choice 'auto' or the vLLM engine", param="tool_choice")
+        tools = req.tools if req.tools and choice != "none" else None
+        try:
+            text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
+        except UserError as exc:  # the template rejects the conversation (roles, order, ...)
+            raise ApiError(400, self.public(str(exc)), param="messages", code="chat_template_error") from None
+        return self.encode(text, "messages", add_special_tokens=False)
+
+    def answer_parser(self, req):
+        """How to read tool calls / reasoning out of this request's answers (None: plain text)."""
+        from swiftbox.serving import toolcalls
+
+        template = getattr(self.tokenizer, "chat_template", None)
+        fmt = toolcalls.tool_format(template) if req.tools and req.tool_choice != "none" else ""
+        think = toolcalls.thinks(template)
+        if not fmt and not think:
+            return None
+        names = {t["function"]["name"] for t in req.tools or []}
+        return lambda text: toolcalls.parse(text, fmt, think=think, tool_names=names)
+
+    def text_prompt(self, req) -> list[int]:
+        return self.encode(req.prompt, "prompt")
+
+    def encode(self, text: str, param: str, **kwargs) -> list[int]:
+        """The prompt's ids; a tokenizer that cannot encode it is a 400 naming why (the request's text is what it
+        could not take: a word outside a word-level vocabulary, ...), never a 500."""
+        try:
+            return self.tokenizer(text, **kwargs)["input_ids"]
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception; any failure here is the input's
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ApiError(400, f"the model's tokenizer cannot encode this {param}: {reason}", param=param,
+                           code="tokenizer_error") from None
+
+    def params(self, req, prompt_len: int, default_max: int, param: str) -> SamplingParams:
+        room = self.max_model_len - prompt_len
+        if room < 1:
+            raise ApiError(400, f"This model's maximum context length is {self.max_model_len} tokens; the prompt "
+                                f"has {prompt_len} tokens", param=param, code="context_length_exceeded")
+        max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max, room)
+        if max_tokens > room:
+            raise context_exceeded(prompt_len, max_tokens, self.max_model_len)
+        return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                              seed=req.seed, stop=list(req.stop or []), presence_penalty=req.presence_penalty,
+                              frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+                              logprobs=req.logprob_count)
+
+    def adapter_for(self, model: str) -> Optional[str]:
+        """The engine's adapter for this model name, resolved once per request (404 once it is unloaded)."""
+        try:
+            return self.engine.adapter_id(model)
+        except KeyError:
+            raise model_not_found(model, self.model_names()) from None
+
+    def check_size(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise ApiError(400, f"the prompt has {chars} characters, more than this server takes "
+                                f"({self.max_prompt_chars}, for a context of {self.max_model_len} tokens)",
+                           param=param, code="context_length_exceeded")
+
+    def check_room(self, n: int) -> None:
+        if not self.engine.has_room(n):
+            raise queue_full(self.engine.load()["waiting"])
+
+    # -- routes -----------------------------------------------------------------------------
+    async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
+        started = time.perf_counter()
+        self.check_size(sum(len(m.text()) for m in req.messages), "messages")
+        self.check_room(req.n)
+        prompt = await asyncio.to_thread(self.chat_prompt, req)
+        params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
+        return await self._respond(req, prompt, params, request, chat=True, started=started)
+
+    async def completion(self, req: CompletionRequest, request: Request) -> Response:
+        started = time.perf_counter()
+        self.check_size(len(req.prompt), "prompt")
+        self.check_room(req.n)
+        prompt = await asyncio.to_thread(self.text_prompt, req)
+        params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
+        return await self._respond(req, prompt, params, request, chat=False, started=started)
+
+    async def _respond(self, req: AnyRequest, prompt: list[int], params: SamplingParams, request: Optional[Request],
+                       *, chat: bool, started: Optional[float] = None) -> Response:
+        from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+        run = Run(self, req, prompt, params, started=started)
+        if req.stream:
+            return StreamingResponse(run.sse(chat), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        task = asyncio.ensure_future(run.whole(chat))
+        try:
+            while True:  # an abandoned request must not keep its batch slots until it finishes
+                done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return JSONResponse(task.result().model_dump())
+                if request is not None and await request.is_disconnected():
+                    task.cancel()
+                    return Response(status_code=499)
+        finally:
+            if not task.done():
+                task.cancel()
+            run.cancel()
+
+
+class Run:
+    """One request in flight: its n sequences, their text streams, and the answer being built."""
+
+    def __init__(self, backend: BuiltinBackend, req: AnyRequest, prompt: list[int], params: SamplingParams,
+                 started: Optional[float] = None):
+        self.backend, self.req, self.prompt, self.params = backend, req, prompt, params
+        self.adapter = backend.adapter_for(req.model)   # before any answer is sent: a 404, not a broken stream
+        self.started = started if started is not None else time.perf_counter()
+        self.last_token: list[Optional[float]] = [None] * req.n
+        self.observed = False
+        self.chat = isinstance(req, ChatCompletionRequest)
+        self.bodies = ResponseBuilder.start("chat" if self.chat else "completion", req.model,
+                                            include_usage=req.include_usage)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.handles: list[Any] = []
+        self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
+        self.tokens = [0] * req.n
+        wants_tools = isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice != "none"
+        chat_parsed = isinstance(req, ChatCompletionRequest) and (wants_tools or backend.thinking)
+        self.parser = backend.answer_parser(req) if chat_parsed else None   # plain text: no parser to build
+        self.want_logprobs = params.logprobs is not None
+        self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
+        self._pending_lp: list = [None] * req.n
+        self.fmt = LogprobFormatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
+        self.echo = req.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
+        self.offsets = [len(self.echo)] * req.n
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        adapter = self.adapter
+        params = []
+        for i in range(self.req.n):
+            p = self.params
+            if self.req.n > 1 and p.seed is not None:
+                p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
+            params.append(p)
+        sinks = [(lambda k: lambda event: self.queue.put_nowait((k, event)))(i) for i in range(self.req.n)]
+        try:
+            self.handles = self.backend.engine.submit_many(self.prompt, params, adapter, sinks, loop)
+        except QueueFull as full:
+            raise queue_full(full.waiting) from None
+        except AdapterGone:  # unloaded between the model check and here
+            raise model_not_found(self.req.model, self.backend.model_names()) from None
+
+    def take_logprobs(self, i: int) -> list[Entry]:
+        """The logprob entries of choice i's tokens since the last call (what the next chunk carries)."""
+        taken, self.logprobs[i] = self.logprobs[i], []
+        return taken
+
+    def chat_logprobs(self, entries: list[Entry]) -> Optional[dict]:
+        return self.fmt.chat(entries) if self.want_logprobs else None
+
+    def completion_logprobs(self, i: int, entries: list[Entry]) -> Optional[dict]:
+        if not self.want_logprobs:
+            return None
+        out, self.offsets[i] = self.fmt.completion(entries, self.offsets[i])
+        return out
+
+    def cancel(self) -> None:
+        for h in self.handles:
+            h.cancel()
+
+    async def events(self):
+        """Yields (index, text_delta, finish_reason|None) until every choice has finished."""
+        open_ = set(range(self.req.n))
+        while open_:
+            i, (kind, value) = await self.queue.get()
+            if i not in open_:
+                continue
+            stream = self.streams[i]
+            if kind == "logprobs":
+                self._pending_lp[i] = value
+                continue
+            if kind == "token":
+                self.tokens[i] += 1
+                self._observe_token(i)
+                if self._pending_lp[i] is not None:
+                    self.logprobs[i].append((value, self._pending_lp[i]))
+                    self._pending_lp[i] = None
+                delta = stream.add(value)
+                if stream.stopped:
+                    self.handles[i].cancel()
+                    open_.discard(i)
+                    yield i, delta, "stop"
+                elif delta:
+                    yield i, delta, None
+            elif kind == "done":
+                open_.discard(i)
+                yield i, stream.flush(), "stop" if value in ("stop", "cancelled") else value
+            else:
+                raise ApiError(503, self.backend.public(f"generation failed: {value}"), type="server_error",
+                               code="engine_error")
+
+    def usage(self) -> Usage:
+        return usage(len(self.prompt), sum(self.tokens))
+
+    def _observe_token(self, i: int) -> None:
+        observer = self.backend.observer
+        if observer is None:
+            return
+        now, last = time.perf_counter(), self.last_token[i]
+        if last is None:
+            observer.observe_first_token(self.req.model, now - self.started)
+        else:
+            observer.observe_next_token(self.req.model, now - last)
+        self.last_token[i] = now
+
+    def _observe_done(self) -> None:
+        observer = self.backend.observer
+        if observer is None or self.observed or not self.handles:
+            return
+        self.observed = True
+        observer.observe_done(self.req.model, prompt_tokens=len(self.prompt), generated=sum(self.tokens),
+                              seconds=time.perf_counter() - self.started)
+
+    async def whole(self, chat: bool) -> Any:
+        """The whole answer's body (ChatCompletionResponse or CompletionResponse)."""
+        self.start()
+        texts: list[str] = [""] * self.req.n
+        reasons: list[Optional[str]] = [None] * self.req.n
+        try:
+            async for i, delta, reason in self.events():
+                texts[i] += delta
+                if reason:
+                    reasons[i] = reason
+        finally:
+            self.cancel()
+            self._observe_done()
+        if chat:
+            return self.bodies.chat([self._output(i, texts[i], reasons[i]) for i in range(self.req.n)], self.usage())
+        outputs = [Output(i, self.echo + texts[i], reasons[i],
+                          logprobs=self.completion_logprobs(i, self.take_logprobs(i))) for i in range(self.req.n)]
+        return self.bodies.completion(outputs, self.usage())
+
+    def _output(self, i: int, text: str, reason: Optional[str]) -> Output:
+        """Choice i's finished chat answer (tool calls and reasoning split out), with the logprobs of its tokens
+        since the last chunk."""
+        return output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
+
+    def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
+        """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk."""
+        entries = [] if first else self.take_logprobs(i)
+        if chat:
+            d = DeltaMessage(role="assistant", content=delta or "") if first else DeltaMessage(content=delta or None)
+            return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries))
+        return self.bodies.completion_chunk(i, delta or "", reason, self.completion_logprobs(i, entries))
+
+    async def sse(self, chat: bool):
+        try:
+            self.start()
+        except ApiError as err:  # the queue filled between the check and the submit
+            yield error_event(err)
+            yield DONE
+            return
+        try:
+            for i in range(self.req.n):
+                if chat:
+                    yield self._chunk(chat, i, "", None, first=True)
+                elif self.echo:
+                    yield self._chunk(chat, i, self.echo, None)
+            held = [""] * self.req.n
+            try:
+                async for i, delta, reason in self.events():
+                    if chat and self.parser:      # tool calls / reasoning: sent once the answer can be parsed
+                        held[i] += delta or ""
+                        if reason:
+                            for chunk in self.bodies.chat_output_chunks(self._output(i, held[i], reason)):
+                                yield chunk
+                        continue
+                    if delta and reason:
+                        yield self._chunk(chat, i, delta, None)
+                        delta = None
+                    if delta or reason:
+                        yield self._chunk(chat, i, delta, reason)
+            except ApiError as err:
+                yield error_event(err)
+            if self.req.include_usage:
+                yield self.bodies.usage_chunk("chat" if chat else "completion", self.usage())
+            yield DONE
+        finally:
+            self.cancel()
+            self._observe_done()

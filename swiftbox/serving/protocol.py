@@ -1,0 +1,492 @@
+"""The OpenAI request bodies the server accepts and the response/chunk bodies it sends, as pydantic models.
+
+Requests: validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
+OpenAI's error shape before it reaches a model. Unknown fields are ignored, as OpenAI's own API does.
+Every number is finite and bounded (one request's settings must never be able to break a shared batch),
+and every string must be encodable as UTF-8 (a lone surrogate such as "\ud800" is refused, not a 500).
+
+Responses (`ResponseBody` and below): the shapes only; swiftbox/serving/responses.py is the one place that
+fills them in. A field is always sent (null when None) unless the class names it in OMIT_IF_NONE.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, ClassVar, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from swiftbox.serving.errors import ApiError
+
+MAX_N = 8
+MAX_STOP = 4
+MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
+MAX_TOP_K = 1_000_000           # larger than any vocabulary
+MAX_TOP_LOGPROBS = 20           # OpenAI's bound for chat; vLLM's default for completions too
+
+
+def utf8(text: str) -> str:
+    """Refuse text that cannot be encoded (lone UTF-16 surrogates from JSON escapes like "\ud800")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode (lone surrogate at position {exc.start})") from None
+    return text
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and text completions (OpenAI names; top_k/repetition_penalty as extra body)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model: str = Field(..., min_length=1, max_length=512)
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, le=MAX_TOP_K)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stop: Optional[Union[str, list[str]]] = None
+    seed: Optional[int] = Field(None, ge=-(2**63), lt=2**63)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, ge=0.01, le=10)
+    user: Optional[str] = None
+    return_tokens_as_token_ids: bool = False      # vLLM's extension: logprob tokens as "token_id:N"
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value):
+        if value is None:
+            return []
+        stops = [value] if isinstance(value, str) else list(value)
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must be non-empty")
+        return [utf8(s) for s in stops]
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(..., min_length=1, max_length=256)
+    arguments: Union[str, dict[str, Any]] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Optional[Union[str, list[dict[str, Any]]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    name: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+    def for_template(self) -> dict:
+        """The message as chat templates read it (tool-call arguments as an object when they are JSON)."""
+        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if self.tool_calls:
+            calls = []
+            for c in self.tool_calls:
+                args = c.function.arguments
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args or "{}")
+                    except ValueError:
+                        pass
+                call = {"type": "function", "function": {"name": c.function.name, "arguments": args}}
+                calls.append({**call, "id": c.id} if c.id else call)
+            out["tool_calls"] = calls
+        for key in ("tool_call_id", "name", "reasoning_content"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return utf8(self.content)
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError("only text content parts are supported")
+            parts.append(part["text"])
+        return utf8("".join(parts))
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None     # vLLM's extension, e.g. {"enable_thinking": false}
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value):
+        for tool in value or []:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if tool.get("type", "function") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError("each tool must be {type: function, function: {name, parameters}}")
+        return value
+
+    @model_validator(mode="after")
+    def _merge_max(self):
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        for m in self.messages:
+            m.text()  # raises on non-text parts -> 422
+        return self
+
+    @property
+    def logprob_count(self) -> Optional[int]:
+        """None: no logprobs; k: the chosen token's logprob and the k most likely."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Union[str, list[str]] = Field(...)
+    echo: bool = False
+    logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value):
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise ValueError("exactly one prompt string per request is supported")
+            value = value[0]
+        if not value:
+            raise ValueError("prompt must be non-empty")
+        return utf8(value)
+
+    @property
+    def logprob_count(self) -> Optional[int]:
+        return self.logprobs
+
+    @property
+    def prompt_text(self) -> str:
+        """The one prompt (a one-element list was unpacked by the validator)."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+class LoadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, max_length=256)
+    lora_path: str = Field(min_length=1, max_length=4096)
+
+    @field_validator("lora_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError("expected a model name without spaces or control characters")
+        return utf8(value)
+
+    @field_validator("lora_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("a path cannot contain NUL")
+        return utf8(value)
+
+
+class UnloadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, max_length=256)
+    lora_int_id: Optional[int] = None          # vLLM's; swiftbox names adapters only by name
+
+
+
+async def raw_body(request: Any) -> dict[str, Any]:
+    """The JSON body as the client sent it (the vLLM child is sent exactly that)."""
+    try:
+        data = await request.json()
+    except Exception:
+        raise ApiError(400, "We could not parse the JSON body of your request", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    return data
+
+
+# -- responses --------------------------------------------------------------------------------------------
+
+
+class ResponseBody(BaseModel):
+    """A body the server sends. Fields in OMIT_IF_NONE are left out while None (OpenAI omits them); every other
+    field is always present, null or not, as clients of OpenAI's API expect."""
+
+    model_config = ConfigDict(extra="forbid")
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: Any) -> Any:
+        data = handler(self)
+        for key in self.OMIT_IF_NONE:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+class Usage(ResponseBody):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class FunctionCall(ResponseBody):
+    name: str
+    arguments: str                      # JSON text, as OpenAI sends it
+
+
+class ToolCallBody(ResponseBody):
+    OMIT_IF_NONE = frozenset({"index"})
+    index: Optional[int] = None         # only in stream chunks
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class AssistantMessage(ResponseBody):
+    OMIT_IF_NONE = frozenset({"reasoning_content", "tool_calls"})
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str]
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallBody]] = None
+
+
+class ChatChoice(ResponseBody):
+    index: int
+    message: AssistantMessage
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionResponse(ResponseBody):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class DeltaMessage(ResponseBody):
+    OMIT_IF_NONE = frozenset({"role", "content", "reasoning_content", "tool_calls"})
+    role: Optional[Literal["assistant"]] = None
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallBody]] = None
+
+
+class ChatChunkChoice(ResponseBody):
+    index: int
+    delta: DeltaMessage
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionChunk(ResponseBody):
+    """One SSE event; `usage` is sent (null, or the totals in the last event) only when the client asked for it."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[Usage] = None
+
+
+class CompletionChoice(ResponseBody):
+    index: int
+    text: str
+    logprobs: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+
+
+class CompletionResponse(ResponseBody):
+    """A text completion, and (with `usage` only when asked for) each of its SSE events."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+
+
+class ModelCard(ResponseBody):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "swiftbox"
+
+
+class ListedModel(ModelCard):
+    root: str
+    parent: Optional[str] = None        # the base model, for an adapter
+
+
+class ModelList(ResponseBody):
+    object: Literal["list"] = "list"
+    data: list[ListedModel]
+
+
+class Health(ResponseBody):
+    status: Literal["ok", "unhealthy"]
+    engine: str
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens)
+
+
+# -- Anthropic Messages and OpenAI Responses requests (translated onto ChatCompletionRequest: translate.py) ----
+
+MAX_STOP_SEQUENCES = MAX_STOP   # Anthropic's stop_sequences: the chat path's bound
+MAX_ITEMS = 4096                # messages / input items / content blocks / tools per request
+
+
+class StrictFields(BaseModel):
+    """A request body whose unknown top-level fields are refused (400 naming the field), never silently ignored:
+    SUPPORTED fields change the answer; ACCEPTED ones are hints with no effect here (metadata, caching),
+    taken and documented in docs/serving.md."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    ACCEPTED: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields) | cls.ACCEPTED
+            for key in data:
+                if key not in known:
+                    raise ApiError(400, f"{key}: this field is not supported by swiftbox's server "
+                                        f"(supported: {', '.join(sorted(known))})", param=str(key),
+                                   code="unsupported_field")
+        return data
+
+
+class MessagesRequest(StrictFields):
+    """POST /v1/messages (Anthropic Messages API)."""
+
+    ACCEPTED = frozenset({"metadata", "service_tier", "cache_control", "speed", "inference_geo", "diagnostics",
+                          "user_profile_id", "workspace_id", "output_config", "context_management"})
+    model: str = Field(..., min_length=1, max_length=512)
+    messages: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS)
+    max_tokens: int = Field(..., ge=1, le=MAX_TOKENS)
+    system: Optional[Union[str, list[dict[str, Any]]]] = None
+    stop_sequences: Optional[list[str]] = Field(None, max_length=MAX_STOP_SEQUENCES)
+    temperature: float = Field(1.0, ge=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, le=MAX_TOP_K)
+    stream: bool = False
+    tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
+    tool_choice: Optional[dict[str, Any]] = None
+    thinking: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output_config(cls, data: Any) -> Any:
+        """output_config: its effort is a hint (taken); a structured-output format is refused. context_management:
+        only the edits that change nothing are taken."""
+        config = data.get("output_config") if isinstance(data, dict) else None
+        if config is not None and (not isinstance(config, dict) or set(config) - {"effort"}):
+            raise ApiError(400, "output_config: only 'effort' is supported (no structured output format)",
+                           param="output_config", code="unsupported_field")
+        manage = data.get("context_management") if isinstance(data, dict) else None
+        if manage is not None:      # Claude Code sends {"edits": [{"type": "clear_thinking_...", "keep": "all"}]}
+            edits = manage.get("edits") if isinstance(manage, dict) else None
+            noop = [isinstance(e, dict) and e.get("keep") == "all"
+                    and str(e.get("type", "")).startswith("clear_thinking") for e in (edits or [])]
+            if not isinstance(edits, list) or not all(noop):
+                raise ApiError(400, "context_management: only edits that keep everything (clear_thinking with "
+                                    "keep: all) are supported; this server does not edit the context",
+                               param="context_management", code="unsupported_field")
+        return data
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, value):
+        if any(not s for s in value or []):
+            raise ValueError("stop sequences must be non-empty")
+        return [utf8(s) for s in value or []]
+
+
+class CountTokensRequest(MessagesRequest):
+    """POST /v1/messages/count_tokens: a Messages body without max_tokens (and nothing to generate)."""
+
+    max_tokens: int = Field(1, ge=1, le=MAX_TOKENS)
+
+
+class ResponsesRequest(StrictFields):
+    """POST /v1/responses (OpenAI Responses API)."""
+
+    ACCEPTED = frozenset({"metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
+                          "parallel_tool_calls", "truncation", "include", "text", "background", "client_metadata"})
+    model: str = Field(..., min_length=1, max_length=512)
+    input: Union[str, list[dict[str, Any]]] = Field(..., max_length=MAX_ITEMS)
+    instructions: Optional[str] = None
+    tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
+    max_output_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    reasoning: Optional[dict[str, Any]] = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hints(cls, data: Any) -> Any:
+        """The accepted hints that would change the answer if they meant more than the default are refused."""
+        if not isinstance(data, dict):
+            return data
+        fmt = (data.get("text") or {}).get("format") if isinstance(data.get("text"), dict) else None
+        if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
+            raise ApiError(400, "text.format: only {type: text} is supported (no structured output)",
+                           param="text.format", code="unsupported_field")
+        if data.get("truncation") not in (None, "disabled"):
+            raise ApiError(400, "truncation: only 'disabled' is supported (a prompt past the context is a 400)",
+                           param="truncation", code="unsupported_field")
+        if data.get("background"):
+            raise ApiError(400, "background: background responses are not supported", param="background",
+                           code="unsupported_field")
+        include = data.get("include") or []
+        if not isinstance(include, list) or any(i != "reasoning.encrypted_content" for i in include):
+            raise ApiError(400, "include: only 'reasoning.encrypted_content' is accepted (and nothing is encrypted)",
+                           param="include", code="unsupported_field")
+        return data
