@@ -281,9 +281,9 @@ class RaisingTokenizer:
     ("/v1/completions", {"prompt": "Is 12 even?", "max_tokens": 2}, "prompt"),
 ])
 def test_a_tokenizer_failure_is_a_400_naming_it(toy_parts, path, body, param):
-    from swiftbox.pipelines.serve.app import build_app
-    from swiftbox.pipelines.serve.backend_builtin import BuiltinBackend
-    from swiftbox.pipelines.serve.server import ServerThread
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.server import ServerThread
 
     engine = make_engine(toy_parts)
     server = ServerThread(build_app(BuiltinBackend(engine, RaisingTokenizer(toy_parts[1]), max_model_len=256))).start()
