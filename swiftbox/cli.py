@@ -217,16 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("swiftbox: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
+    except BrokenPipeError:  # `./launch.sh models | head` closed the pipe early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
+    except OSError as exc:   # after BrokenPipeError, its subclass
         from swiftbox import disk
 
         if not disk.no_space(exc):
             raise
         print("swiftbox: " + str(disk.full_disk_error(exc, disk.written_file(exc) or os.getcwd())), file=sys.stderr)
         return 1
-    except BrokenPipeError:  # `./launch.sh models | head` closed the pipe early: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        return 0
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ CHECKED_AGAINST = {
                                  # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES
     "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
     "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
+    "llama-cpp-python": "0.3.36",  # its llama.cpp tree: conversion.base.TextModel.get_vocab_base_pre
 }
 
 
@@ -282,3 +283,34 @@ def gguf_dequantizable_types(architecture: str) -> set[str]:
     from gguf import quants
 
     return {*GGUF_FLOAT_TYPES, *(qtype.name for qtype in quants._type_traits)}
+
+
+# -- llama.cpp's converter: the BPE pre-tokenizer of a tokenizer it does not know ---------------------------
+@contextlib.contextmanager
+def llamacpp_bpe_pre_tokenizer(name: str | None) -> Iterator[None]:
+    """llama.cpp's convert_hf_to_gguf.py names a BPE tokenizer's pre-tokenizer (`tokenizer.ggml.pre`) by hashing
+    how it encodes a test string, and stops with NotImplementedError on a hash it does not list - any tokenizer
+    trained from scratch, such as the toy's. When swiftbox has identified the pre-tokenizer from tokenizer.json
+    itself (`name`, from swiftbox.llamacpp.convert.pre_tokenizer_of), `conversion.base.TextModel.
+    get_vocab_base_pre` answers `name` where the original raises; a recognised hash still wins. Runs inside the
+    converter's child process (swiftbox.llamacpp.driver) with the llama.cpp tree on sys.path; checked against
+    llama-cpp-python 0.3.36's tree. The export then proves the choice: llama.cpp must tokenize the held-out text
+    to exactly the ids transformers does."""
+    if name is None:
+        yield
+        return
+    from conversion.base import TextModel  # llama.cpp's converter package (from its tree)
+
+    original = TextModel.get_vocab_base_pre
+
+    def identified(self: Any, tokenizer: Any) -> str:
+        try:
+            return original(self, tokenizer)
+        except NotImplementedError:
+            return name
+
+    TextModel.get_vocab_base_pre = identified
+    try:
+        yield
+    finally:
+        TextModel.get_vocab_base_pre = original

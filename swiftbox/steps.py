@@ -439,9 +439,13 @@ class QuantTolerance(Strict):
     max_perplexity_ratio: Optional[float] = Field(None, gt=0, description="held-out perplexity after / before")
     max_accuracy_drop: Optional[float] = Field(None, ge=0, le=1, description="eval accuracy before - after")
     max_size_ratio: Optional[float] = Field(None, gt=0, description="weight bytes of the export / the source")
+    min_greedy_agreement: Optional[float] = Field(None, ge=0, le=1, description="gguf: probe prompts whose greedy "
+                                                  "continuation in llama.cpp equals the source's")
 
 
-QUANT_METHOD_BITS = {"gptq": (4, 8), "awq": (4,), "bnb": (4, 8), "fp8": (8,), "gguf": (4, 8)}
+QUANT_METHOD_BITS = {"gptq": (4, 8), "awq": (4,), "bnb": (4, 8), "fp8": (8,), "gguf": (4, 5, 6, 8, 16)}
+# GGUF types (llama.cpp's names, lower case) and the bits each is gated as; --bits alone picks the first of its bits
+GGUF_TYPES = {"f16": 16, "bf16": 16, "q8_0": 8, "q6_k": 6, "q5_k_m": 5, "q4_k_m": 4}
 
 
 class QuantizeStep(StepBase):
@@ -449,8 +453,12 @@ class QuantizeStep(StepBase):
 
     method: Literal["gptq", "awq", "bnb", "fp8", "gguf"] = Field(
         "gptq", description="gptq | awq (gptqmodel 7.6.0) | bnb (bitsandbytes NF4 / int8) | fp8 (FP8 GPUs) | "
-                            "gguf (refused: needs llama.cpp's converter script)")
-    bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only")
+                            "gguf (llama.cpp / Ollama, with the gguf extra)")
+    bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only; gguf: see --type")
+    type: Optional[Literal["f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"]] = Field(
+        None, description="gguf type: f16 | bf16 | q8_0 (default) | q6_k | q5_k_m | q4_k_m")
+    adapter_only: bool = Field(False, description="gguf: write a LoRA adapter as a GGUF LoRA (llama-server --lora, "
+                               "Ollama ADAPTER) instead of merging it")
     group_size: int = Field(128, ge=-1, le=65536, description="GPTQ/AWQ group size (-1 = per-channel); lowered to one "
                             "that divides "
                             "every layer's input width when needed")
@@ -492,6 +500,17 @@ class QuantizeStep(StepBase):
 
     @model_validator(mode="after")
     def _default_bits(self) -> QuantizeStep:
+        if self.method == "gguf":
+            by_bits = {bits: name for name, bits in reversed(GGUF_TYPES.items())}
+            chosen = self.type or (by_bits[self.bits] if self.bits else ("f16" if self.adapter_only else "q8_0"))
+            if self.type is not None and self.bits is not None and self.bits != GGUF_TYPES[chosen]:
+                raise ValueError(f"bits {self.bits} contradicts gguf type {chosen} ({GGUF_TYPES[chosen]}-bit); "
+                                 "pass only --type")
+            self.type, self.bits = chosen, GGUF_TYPES[chosen]  # type: ignore[assignment]
+            return self
+        if self.type is not None or self.adapter_only:
+            raise ValueError(f"{'type' if self.type is not None else 'adapter_only'} applies to method gguf only "
+                             f"(got method {self.method})")
         if self.bits is None:
             self.bits = 8 if self.method == "fp8" else 4
         return self

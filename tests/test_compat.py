@@ -122,7 +122,8 @@ def test_every_patch_names_the_version_it_was_checked_against():
     text = Path(compat.__file__).read_text()
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
-    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval", "gguf"}
+    assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval", "gguf",
+                                            "llama-cpp-python"}
 
 
 def test_trl_preference_preparation_is_where_the_pretokenized_patch_replaces_it():
@@ -185,3 +186,36 @@ def test_gguf_types_transformers_dequantizes_are_where_the_import_reads_them():
     newer = next(iter(__import__("transformers.integrations.gguf.gguf_conversion_mapping",
                                  fromlist=["GGUF_ARCHS"]).GGUF_ARCHS))
     assert is_gguf_arch_supported(newer) and "Q4_K" in compat.gguf_dequantizable_types(newer)
+
+
+
+def test_llamacpp_pre_tokenizer_hook_is_where_the_converter_names_it():
+    """In a child process (the converter's tree brings its own gguf-py), as swiftbox.llamacpp.driver runs it."""
+    import subprocess
+    import sys
+
+    from swiftbox.llamacpp import tree
+    from tests.conftest import ROOT
+
+    found = tree()
+    if found is None:
+        pytest.skip("llama.cpp's tree is not cached here (python -m swiftbox.llamacpp.setup --tree-only)")
+    code = f"""
+import sys
+sys.path[:0] = [{str(found)!r}, {str(found / 'gguf-py')!r}, {str(ROOT)!r}]
+from conversion.base import TextModel
+from swiftbox.compat import llamacpp_bpe_pre_tokenizer
+original = TextModel.get_vocab_base_pre
+class Tok:
+    def encode(self, text):
+        return [1, 2, 3]
+with llamacpp_bpe_pre_tokenizer("smollm"):
+    assert TextModel.get_vocab_base_pre(object.__new__(TextModel), Tok()) == "smollm"
+assert TextModel.get_vocab_base_pre is original
+try:
+    original(object.__new__(TextModel), Tok())
+except NotImplementedError:
+    print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.stdout.strip().endswith("ok"), done.stderr[-2000:]

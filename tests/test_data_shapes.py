@@ -130,7 +130,7 @@ def test_a_row_ending_with_a_tool_result_trains_the_call(tok):
 def test_tool_rows_for_a_template_without_tools_use_the_default_format(tok, shape, name, eot):
     """Rendered in the default tool format at training time; the same text is what the server renders for a
     request with tools, and what its parser reads back as a tool call."""
-    from swiftbox.pipelines.serve import toolcalls
+    from swiftbox.serving import toolcalls
 
     use(tok, name)
     (row,) = load(shape)

@@ -267,7 +267,7 @@ def test_chat_one_shot_is_greedy_by_default(cli, tmp_path):
     ("auto", ["--no-bf16-pass"], 0, ["off-default"]), ("auto", [], 1, ["off-default"]),
     ("auto", ["--slow"], 0, ["off-default"]),
 ])
-def test_launch_test_runs_a_bf16_pass_of_the_dtype_tests(monkeypatch, env, flags, first_rc, passes):
+def test_launch_test_runs_a_bf16_pass_of_the_dtype_tests(monkeypatch, no_vllm_cpu, env, flags, first_rc, passes):
     import subprocess
 
     from swiftbox import cli

@@ -326,13 +326,10 @@ def test_tolerances_are_nan_safe():
     assert quality.gate({**good, "cosine_mean": 0.5}, inspection, quality.tolerances(4, {"min_cosine": 0.4})) == []
 
 
-def test_fp8_and_gguf_are_refused_with_exit_3_and_an_alternative(cli, toy_dir, tmp_path):
+def test_fp8_is_refused_with_exit_3_and_an_alternative(cli, toy_dir, tmp_path):
     res = cli("quantize", str(toy_dir), "--method", "fp8", "--output", str(tmp_path / "f"), "--device", "cpu")
     assert res.returncode == 3 and "FP8" in one_line_error(res) and "instead" in one_line_error(res)
-    res = cli("quantize", str(toy_dir), "--method", "gguf", "--output", str(tmp_path / "g"))
-    line = one_line_error(res)
-    assert res.returncode == 3 and "convert_hf_to_gguf.py" in line and "instead" in line
-    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()
+    assert not (tmp_path / "f").exists()
     res = cli("quantize", str(toy_dir), "--method", "awq", "--bits", "8", "--output", str(tmp_path / "a"))
     assert res.returncode == 2 and "8 is not available with method awq" in one_line_error(res)
 
@@ -347,7 +344,6 @@ def test_fp8_capability_follows_the_gpu_generation(monkeypatch):
     monkeypatch.setattr(CudaPlatform, "compute_capability", lambda self, i=0: (9, 0))
     assert cuda.supports("fp8")
     assert not current_platform("cpu").supports("fp8") and not NpuPlatform().supports("fp8")
-    assert not any(p.supports("gguf") for p in (cuda, NpuPlatform(), current_platform("cpu")))
 
 
 def test_a_kernel_refusing_a_layer_shape_falls_back_to_the_torch_kernel(gptq4, monkeypatch):

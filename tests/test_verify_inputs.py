@@ -74,6 +74,7 @@ def test_a_hostile_adapter_fails_verify_with_one_line_no_traceback(case, tmp_pat
     assert "Traceback" not in out + err, err
 
 
+@pytest.mark.slow   # ~33 s; trains and converts a PiSSA adapter
 def test_pissa_converted_to_a_plain_lora_passes(tmp_path):
     """PEFT's own conversion (save_pretrained(path_initial_model_for_weight_conversion=...)) gives an adapter whose
     delta is against the untouched base: it passes, and base+adapter equals what was trained on the rewritten base."""

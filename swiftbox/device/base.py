@@ -22,6 +22,13 @@ FEATURE_PACKAGES: dict[str, str] = {
     "vllm-colocate": "vllm",
     "flash-attn": "flash_attn",
     "deepspeed": "deepspeed",
+    "gguf": "llama_cpp",
+}
+# feature -> how to install what it needs, where that is more than `pip install PACKAGE`
+FEATURE_INSTALL: dict[str, tuple[str, str]] = {
+    "gguf": ("llama.cpp's Python bindings (llama-cpp-python, built from source) are not installed",
+             "SWIFTBOX_EXTRAS=quant,serve,dev,gguf ./install.sh (builds llama.cpp once, about 10-25 min on 2 cores), "
+             "or python -m swiftbox.llamacpp.setup; --method gptq/awq/bnb need no build"),
 }
 
 FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "awq", "fp8", "gguf", "vllm", "flash-attn", "deepspeed",
@@ -36,14 +43,8 @@ class Refusal:
     instead: str
 
 
-# refused on every platform: no maintained library on this machine writes it
-GGUF_REFUSAL = Refusal(
-    "no installable library writes llama.cpp's GGUF files: that is llama.cpp's convert_hf_to_gguf.py script "
-    "(PyPI `gguf` only reads/writes the container; gptqmodel's gguf format is a safetensors checkpoint)",
-    "merge, then run llama.cpp's convert_hf_to_gguf.py on the merged directory (e.g. --outtype q8_0); "
-    "or --method gptq/awq/bnb for transformers and vLLM",
-)
-ALWAYS_REFUSED: dict[str, Refusal] = {"gguf": GGUF_REFUSAL}
+# refused on every platform (none today; GGUF export needs only its extra: FEATURE_INSTALL)
+ALWAYS_REFUSED: dict[str, Refusal] = {}
 
 
 @dataclass
@@ -173,6 +174,8 @@ class Platform:
         if feature == "multi-device" and self.device_count() < 2:
             return Refusal(f"only {self.device_count()} {self.name} device(s) here", "a single device")
         pkg = self._package_for(feature)
+        if pkg and not _importable(pkg) and feature in FEATURE_INSTALL:
+            return Refusal(*FEATURE_INSTALL[feature])
         if pkg and not _importable(pkg):
             return Refusal(f"the python package '{pkg}' is not installed", f"pip install {pkg.replace('_', '-')}")
         return None

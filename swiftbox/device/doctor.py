@@ -16,7 +16,7 @@ from swiftbox.versions import package_version
 
 LIBRARIES = ("torch", "torch_npu", "transformers", "peft", "trl", "accelerate", "bitsandbytes", "gptqmodel",
              "vllm", "vllm_ascend", "triton_ascend", "flash_attn", "deepspeed", "modelscope", "huggingface_hub",
-             "fastapi", "uvicorn")
+             "fastapi", "uvicorn", "llama_cpp_python", "gguf")
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -63,6 +63,7 @@ def collect(device: str | None = None, versions: dict | None = None) -> dict:
         "env": {k: os.environ[k] for k in sorted(set(platform.default_env) | {"SWIFTBOX_DEVICE", BF16_ENV,
                 platform.visible_devices_env or "", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"}) if k in os.environ},
     }
+    info["llama_cpp"] = _llama_cpp()
     if "npu" in broken_backends():
         info["torch_npu_error"] = broken_backends()["npu"]
     return info
@@ -78,6 +79,21 @@ def lock_report(platform_name: str) -> dict:
     except (OSError, ValueError) as exc:   # a missing or hand-broken lock file must not break the report
         return {"files": [f"swiftbox/constraints/{f.name}" for f in files], "error": str(exc), "differs": []}
     return {"files": [f"swiftbox/constraints/{f.name}" for f in files], "differs": differs}
+
+
+def _llama_cpp() -> dict:
+    """Where GGUF export's llama.cpp tree is and how long its build took (swiftbox.llamacpp.setup's build.json)."""
+    import json
+
+    from swiftbox.llamacpp import cache_dir, tree
+
+    found = tree()
+    try:
+        build = json.loads((cache_dir() / "build.json").read_text())
+    except (OSError, ValueError):
+        build = None
+    return {"converter": str(found) if found else None,
+            "build_minutes": round(build["seconds"] / 60, 1) if build and "seconds" in build else None}
 
 
 def _safe_versions(platform: Platform) -> dict[str, str]:
@@ -129,6 +145,9 @@ def doctor(as_json: bool = False, device: str | None = None, versions: dict | No
     for lib, version in {**info["versions"], **info["runtime"]}.items():
         libs.add_row(lib, escape(str(version)))
     console.print(libs)
+    gguf = info["llama_cpp"]
+    console.print(f"  llama.cpp converter (gguf): {escape(gguf['converter'] or 'not fetched yet')}"
+                  + (f", bindings built in {gguf['build_minutes']} min" if gguf["build_minutes"] else ""))
     if info["cann_where"] and info["versions"].get("cann"):
         console.print(f"  CANN {info['versions']['cann']} (from {escape(info['cann_where'])})")
     check = Table(title="version check (swiftbox/device/compat_matrix.json)", title_justify="left")

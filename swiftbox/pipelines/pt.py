@@ -63,13 +63,7 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
 
         if next(make(), None) is None:
             raise UserError(f"dataset {cfg.dataset}: no text left to train on after the {skip} held-out document(s)")
-        passes = []
-
-        def first_pass_counted():
-            passes.append(1)
-            return make(counts if len(passes) == 1 else None)
-
-        train = stream_dataset(first_pass_counted, seed=cfg.seed, buffer=cfg.shuffle_buffer)
+        train = stream_dataset(lambda: make(counts), seed=cfg.seed, buffer=cfg.shuffle_buffer)
     else:
         train = list(make(counts))
         if not train:
@@ -96,7 +90,7 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
                "train_documents": counts.documents, "train_tokens": counts.tokens, "train_rows": counts.blocks,
                "truncated_documents": counts.truncated, "heldout_documents": len(heldout)}
     if cfg.streaming:
-        metrics["streaming"] = "documents and tokens are those read in the first pass over the stream"
+        metrics["streaming"] = "train_* count what was read from the stream (the shuffle buffer reads ahead)"
     if heldout:
         metrics.update(perplexity_before=round(before, 4), perplexity_after=round(after, 4))
         log(f"pt: held-out perplexity {before:.3f} -> {after:.3f} ({len(heldout)} document(s))")

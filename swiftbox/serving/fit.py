@@ -21,9 +21,8 @@ NOT_LINEAR = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out")
 QUANT_FEATURE = {"gptq": "gptq", "awq": "awq", "bitsandbytes": "bnb", "fp8": "fp8"}
 
 
-def read_adapter_config(adapter: Path) -> dict | str:
-    """The adapter's config, or why it cannot be read (never an exception: not JSON, nested past the recursion
-    limit, not an object)."""
+def _read_config(adapter: Path) -> dict | str:
+    """The adapter's config, or why it cannot be read."""
     try:
         config = json.loads((adapter / "adapter_config.json").read_text())
     except (OSError, ValueError, RecursionError) as exc:
@@ -31,12 +30,20 @@ def read_adapter_config(adapter: Path) -> dict | str:
     return config if isinstance(config, dict) else "adapter_config.json is not a JSON object"
 
 
+def architecture_problems(config: dict) -> list[str]:
+    """Options that change the model rather than add a delta to it: no engine serves them as an adapter."""
+    if config.get("layer_replication"):
+        return [f"layer_replication {config['layer_replication']} (it changes the model's architecture by copying "
+                "layers; engines serve adapters that only add a delta: merge it and serve the merged model)"]
+    return []
+
+
 def adapter_problems_for_vllm(adapter: Path, base_vocab: int | None) -> list[str]:
     """What stops vLLM from serving this PEFT adapter (empty = it fits)."""
-    config = read_adapter_config(adapter)
+    config = _read_config(adapter)
     if isinstance(config, str):
         return [config]
-    problems = []
+    problems = architecture_problems(config)
     if config.get("peft_type", "LORA") != "LORA":
         problems.append(f"peft_type {config.get('peft_type')} (vLLM serves LoRA only)")
     if config.get("modules_to_save"):
@@ -82,9 +89,11 @@ def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
 def adapter_problems_for_builtin(adapter: Path) -> list[str]:
     """What stops the built-in engine from serving this adapter attached (empty = it fits): it picks an adapter
     per row (PEFT's `adapter_names`), which PEFT refuses for DoRA."""
-    config = read_adapter_config(adapter)
+    config = _read_config(adapter)
     if isinstance(config, str):
         return [config]
+    if architecture_problems(config):
+        return architecture_problems(config)
     if config.get("use_dora"):
         return ["DoRA (PEFT cannot pick a DoRA adapter per row of a shared batch: 'Cannot pass `adapter_names` when "
                 "DoRA is enabled'; merge it and serve the merged model)"]
@@ -93,9 +102,10 @@ def adapter_problems_for_builtin(adapter: Path) -> list[str]:
 
 def adapter_rank(config: dict[str, Any]) -> int:
     """The largest LoRA rank in an adapter_config.json (`r`, and every per-module rank in `rank_pattern`)."""
-    pattern = config.get("rank_pattern")
+    pattern = config.get("rank_pattern") or {}
     ranks = [config.get("r") or 0, *(pattern.values() if isinstance(pattern, dict) else [])]
-    return max([r for r in ranks if isinstance(r, int) and not isinstance(r, bool)] or [0])
+    ints = [r for r in ranks if isinstance(r, int) and not isinstance(r, bool)]
+    return max(ints) if ints else 0
 
 
 def read_adapter_rank(adapter_dir: Path | str) -> Optional[int]:

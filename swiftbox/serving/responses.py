@@ -345,8 +345,9 @@ class ResponsesBuilder:
     """The bodies of one /v1/responses request: the Response object (whole, or created / in_progress /
     completed in a stream) and the typed stream events in between, each with its sequence_number."""
 
-    def __init__(self, model: str, echo: dict[str, Any]):
+    def __init__(self, model: str, echo: dict[str, Any], names: Optional[dict[str, tuple[str, str]]] = None):
         self.id, self.model, self.echo, self.created = uid("resp"), model, echo, now()
+        self.names = names or {}       # flat function name -> (namespace, name): see translate.responses_tools
         self.seq = 0
         self.items: list[dict[str, Any]] = []     # the output items so far (streaming)
         self.open: Optional[dict[str, Any]] = None
@@ -387,10 +388,13 @@ class ResponsesBuilder:
         return {"type": "message", "id": uid("msg"), "status": status, "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
-    @staticmethod
-    def _call(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-        return {"type": "function_call", "id": uid("fc"), "call_id": call_id, "name": name,
+    def _call(self, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+        """A function_call item; a call to a namespaced function names it as declared, with its namespace."""
+        item = {"type": "function_call", "id": uid("fc"), "call_id": call_id, "name": name,
                 "arguments": arguments, "status": status}
+        if name in self.names:
+            item["namespace"], item["name"] = self.names[name]
+        return item
 
     # -- streaming --------------------------------------------------------------------------------------
     def event(self, kind: str, /, **fields: Any) -> str:

@@ -165,10 +165,11 @@ def _chat(body: dict[str, Any]) -> ChatCompletionRequest:
 
 # -- OpenAI Responses -> chat -------------------------------------------------------------------------------
 
-def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> tuple[ChatCompletionRequest,
-                                                                                     list[dict[str, Any]]]:
-    """The chat request, and the conversation it carries (history + this input, without instructions: the
-    store keeps that, since `instructions` do not carry over to a follow-up response)."""
+def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> tuple[
+        ChatCompletionRequest, list[dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The chat request, the conversation it carries (history + this input, without instructions: the store
+    keeps that, since `instructions` do not carry over to a follow-up response), and the flat names of
+    namespaced functions ({flat: (namespace, name)}, see responses_tools)."""
     convo = list(history)
     items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     reasoning: list[str] = []
@@ -187,8 +188,11 @@ def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> t
         elif kind == "function_call":
             if not isinstance(item.get("name"), str):
                 raise refused_type(f"{param}.name", "a function name")
+            name = item["name"]
+            if isinstance(item.get("namespace"), str) and item["namespace"]:
+                name = flat_name(item["namespace"], name)
             call = {"id": str(item.get("call_id") or item.get("id") or f"call_{i}"), "type": "function",
-                    "function": {"name": item["name"], "arguments": _json_args(item.get("arguments"),
+                    "function": {"name": name, "arguments": _json_args(item.get("arguments"),
                                                                                f"{param}.arguments")}}
             last = convo[-1] if convo else None
             if last and last["role"] == "assistant" and not last.get("content") and last.get("tool_calls"):
@@ -214,26 +218,90 @@ def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> t
     body: dict[str, Any] = {"model": req.model, "messages": messages, "max_tokens": req.max_output_tokens,
                             "temperature": req.temperature, "top_p": req.top_p, "stream": req.stream,
                             "stream_options": {"include_usage": True}}
-    if req.tools:
-        body["tools"] = [_responses_tool(t, f"tools.{k}") for k, t in enumerate(req.tools)]
+    tools, names = responses_tools(req.tools or [])
+    if tools:
+        body["tools"] = tools
     if req.tool_choice is not None:
-        choice = req.tool_choice
-        if isinstance(choice, dict):
-            if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-                raise refused_type("tool_choice", "'auto', 'none', 'required' or {type: function, name}")
-            choice = {"type": "function", "function": {"name": choice["name"]}}
-        body["tool_choice"] = choice
+        body["tool_choice"] = _responses_choice(req.tool_choice, bool(tools))
     if req.reasoning is not None:
         effort = req.reasoning.get("effort")
         if effort not in (None, "none", "minimal", "low", "medium", "high", "xhigh"):
             raise refused_type("reasoning.effort", "none, minimal, low, medium or high")
         body["chat_template_kwargs"] = {"enable_thinking": effort not in ("none", "minimal")}
-    return _chat(body), convo
+    return _chat(body), convo, names
+
+
+# Hosted tools: the OpenAI server runs them, so a local model cannot. A request may list them (Codex always sends
+# `web_search`); they are not offered to the model, and a tool_choice that requires one is a 400.
+HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_preview_2025_03_11", "file_search",
+                          "code_interpreter", "image_generation", "computer_use_preview", "computer_use", "mcp",
+                          "local_shell", "shell", "apply_patch", "tool_search"})
+
+
+def flat_name(namespace: str, name: str) -> str:
+    """The one function name a namespaced tool is offered under (Codex's own flat form: `ns__name`)."""
+    return f"{namespace.rstrip('_')}__{name.lstrip('_')}"
+
+
+def responses_tools(tools: list[Any]) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
+    """The chat tools a Responses `tools` list offers the model, and {flat name: (namespace, name)} for the
+    functions of `namespace` tools (so a call to a flat name goes back as {name, namespace})."""
+    out: list[dict[str, Any]] = []
+    names: dict[str, tuple[str, str]] = {}
+    for k, tool in enumerate(tools):
+        param = f"tools.{k}"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            out.append(_responses_tool(tool, param))
+        elif kind == "namespace":
+            space = tool.get("name")
+            if not isinstance(space, str) or not space:
+                raise refused_type(f"{param}.name", "a non-empty string")
+            inner = tool.get("tools")
+            if not isinstance(inner, list):
+                raise refused_type(f"{param}.tools", "a list of function tools")
+            for j, fn in enumerate(inner):
+                sub = f"{param}.tools.{j}"
+                if not isinstance(fn, dict) or fn.get("type", "function") != "function":
+                    raise refuse(f"{sub}.type", "a namespace holds function tools only")
+                chat_tool = _responses_tool({**fn, "type": "function"}, sub)
+                flat = flat_name(space, chat_tool["function"]["name"])
+                names[flat] = (space, chat_tool["function"]["name"])
+                chat_tool["function"]["name"] = flat
+                out.append(chat_tool)
+        elif kind in HOSTED_TOOLS:
+            continue                  # not offered: this server cannot run it (docs/serving.md)
+        else:
+            raise refuse(f"{param}.type", f"'{kind}' tools are not supported (function and namespace tools; "
+                                          "hosted tools such as web_search are accepted and not offered)")
+    seen: set[str] = set()
+    for t in out:
+        name = t["function"]["name"]
+        if name in seen:
+            raise ApiError(400, f"tools: the function name '{name}' is offered twice (a namespaced function is "
+                                "offered as namespace__name)", param="tools", code="invalid_value")
+        seen.add(name)
+    return out, names
+
+
+def _responses_choice(choice: Any, offered: bool) -> Any:
+    if isinstance(choice, dict):
+        kind = choice.get("type")
+        if kind in HOSTED_TOOLS:
+            raise refuse("tool_choice.type", f"hosted tool '{kind}' is not offered by this server (a local model "
+                                             "cannot run it)")
+        if kind != "function" or not isinstance(choice.get("name"), str):
+            raise refused_type("tool_choice", "'auto', 'none', 'required' or {type: function, name}")
+        name = choice["name"]
+        if isinstance(choice.get("namespace"), str):
+            name = flat_name(choice["namespace"], name)
+        return {"type": "function", "function": {"name": name}}
+    if choice == "required" and not offered:
+        raise refuse("tool_choice", "'required' but no function tool is offered (hosted tools are not)")
+    return choice
 
 
 def _responses_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise refuse(f"{param}.type", f"'{tool.get('type')}' tools are not supported (function tools only)")
     if not isinstance(tool.get("name"), str) or not tool["name"]:
         raise refused_type(f"{param}.name", "a non-empty string")
     fn = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
@@ -246,7 +314,9 @@ def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A response's output items as the assistant turn a follow-up response continues from."""
     text = "".join(c.get("text", "") for i in items if i["type"] == "message" for c in i["content"])
     reasoning = "".join(s.get("text", "") for i in items if i["type"] == "reasoning" for s in i["summary"])
-    calls = [{"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
+    calls = [{"id": i["call_id"], "type": "function",
+              "function": {"name": flat_name(i["namespace"], i["name"]) if i.get("namespace") else i["name"],
+                           "arguments": i["arguments"]}}
              for i in items if i["type"] == "function_call"]
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:

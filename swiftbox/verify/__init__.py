@@ -7,6 +7,7 @@ One table, exit 1 when any check fails, each failure also printed as one line na
   limits, the quantization format against what the engine serves on this platform;
 - parity (chain.py): base+adapter -> merged -> quantized -> served, per link max |Δlogit|, argmax and
   greedy-answer agreement with thresholds per link type.
+A GGUF export (quantize --method gguf) is checked by gguf.py against llama.cpp instead.
 
     import swiftbox as sb
     report = sb.verify("runs/quickstart/quantize")     # Report; report.ok, report.failures
@@ -70,6 +71,10 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise UserError(f"verify --dtype: expected auto, float32, bfloat16 or float16, got {dtype!r}")
     items = list(probe) if probe is not None else P.default_probe()
+    from swiftbox.verify import gguf
+
+    if gguf.is_gguf_artifact(artifact):  # engine llama.cpp: files, engine and parity of its own (verify/gguf.py)
+        return gguf.verify_gguf(artifact, against=against, platform=platform, dtype=dtype, probe=items)
     report = Report(artifact=artifact, engine=engine)
     spec = static_checks(report, artifact, engine, platform, items)
     if spec is None:
@@ -84,7 +89,7 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     try:
         chain.measure(nodes, platform, dtype, items)
     except Exception as exc:  # noqa: BLE001 - a model that does not load or run on the probe is the finding
-        node = next((n for n in nodes if not n.logits), nodes[-1])
+        node = next((n for n in nodes if not n.logits), nodes[-1])   # the one being measured
         report.add("parity", f"{node.label} ({node.ref})", False,
                    f"does not load or run ({' '.join(str(exc).split())[:200]})")
         return report

@@ -8,23 +8,14 @@ from swiftbox.serving import fit
 from swiftbox.verify.report import Report
 
 
-def architecture_problems(adapter: Path) -> list[str]:
-    """Options that change the model rather than add a delta to it: no engine serves them as an adapter."""
-    config = fit.read_adapter_config(adapter)
-    if isinstance(config, dict) and config.get("layer_replication"):
-        return [f"layer_replication {config['layer_replication']} (it changes the model's architecture by copying "
-                "layers; engines serve adapters that only add a delta: merge it and serve the merged model)"]
-    return []
-
 def check_adapters(report: Report, adapters: list[Path], engine: str, base_vocab: int | None) -> None:
     for i, adapter in enumerate(adapters):
         if engine == "builtin":  # all but the last are merged in at load time; the last stays attached
-            problems = architecture_problems(adapter)
-            problems += fit.adapter_problems_for_builtin(adapter) if i == len(adapters) - 1 else []
+            problems = fit.adapter_problems_for_builtin(adapter) if i == len(adapters) - 1 else []
             report.add("engine", f"adapter {adapter.name} on builtin", not problems,
                        "; ".join(problems) or "PEFT serves it per request (LoRA, modules_to_save)")
             continue
-        problems = architecture_problems(adapter) + fit.adapter_problems_for_vllm(adapter, base_vocab)
+        problems = fit.adapter_problems_for_vllm(adapter, base_vocab)
         report.add("engine", f"adapter {adapter.name} on vllm", not problems,
                    "; ".join(problems) or "within vLLM's LoRA limits")
 

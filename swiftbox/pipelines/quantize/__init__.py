@@ -2,11 +2,12 @@
 with numbers and gated: size on disk vs the source, time, perplexity on held-out text before and after, logit
 parity (cosine, argmax agreement) on the parity probe, eval accuracy before/after (with `eval_dataset:`), and
 a look at the saved tensors (every decoder linear layer must be stored quantized). Past a tolerance the step
-fails (exit 1) and nothing is written. GGUF is refused (exit 3): no installable library writes llama.cpp's
-files (see docs/export.md).
+fails (exit 1) and nothing is written. GGUF (llama.cpp / Ollama) is written and measured by llama.cpp itself
+(gguf_writer.py, with the `gguf` extra).
 
 Pieces: calibration.py (calibration / held-out text, group size), gptqmodel_writer.py (gptq, awq),
-transformers_writer.py (bnb, fp8), quality.py (figures, tensor inspection, tolerances).
+transformers_writer.py (bnb, fp8), gguf_writer.py + gguf_adapter.py (gguf), quality.py (figures, tensor
+inspection, tolerances).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ METHODS: dict[str, Method] = {
     "awq": Method("awq", "gptqmodel_writer", True, True),
     "bnb": Method("bnb", "transformers_writer", False, False),
     "fp8": Method("fp8", "transformers_writer", False, True),
-    "gguf": Method("gguf", "", False, False),
+    "gguf": Method("gguf", "gguf_writer", False, False),
 }
 
 
@@ -107,6 +108,12 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from swiftbox.pipelines.quantize import quality
 
     check(cfg, ctx.platform)
+    if cfg.method == "gguf":
+        from swiftbox.pipelines.quantize import gguf_adapter, gguf_writer
+
+        if cfg.adapter_only:
+            return gguf_adapter.run_adapter(cfg, ctx)
+        return gguf_writer.run(cfg, ctx)
     method = METHODS[cfg.method]
     spec = check_input(ctx.input)
     files, origin = calibration_files(cfg, ctx)

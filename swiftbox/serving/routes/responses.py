@@ -40,8 +40,8 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
         return relayed
     store = store_of(request)
     history = store.get(body.previous_response_id)[1] if body.previous_response_id else []
-    chat, convo = translate.responses_to_chat(body, history)
-    bodies = ResponsesBuilder(body.model, echo(body))
+    chat, convo, names = translate.responses_to_chat(body, history)
+    bodies = ResponsesBuilder(body.model, echo(body), names)
     answer = await backend.chat(chat, request)
 
     def keep(items: list[dict[str, Any]]) -> None:
