@@ -65,6 +65,7 @@ class RunLog(logging.Handler):
             pass
 
     def attach(self, path: Path) -> None:
+        path = Path(os.path.abspath(path))    # a later chdir (the menu, tests) must not move the log
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         pending, self.pending = self.pending, []

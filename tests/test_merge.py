@@ -141,9 +141,13 @@ def test_refuses_existing_output_without_force_and_replaces_with_force(cli, adap
     res = cli("merge", str(adapters["lora"]), "--output", str(out))
     assert res.returncode == 2 and "--force" in one_line_error(res)
     assert (out / "keep.txt").read_text() == "mine"
-    entry = sb.merge(str(adapters["lora"]), output=str(out), force=True)
-    assert entry["metrics"]["max_abs_logit_diff"] <= 1e-4
-    assert not (out / "keep.txt").exists() and (out / "swiftbox.json").is_file()
+    res = cli("merge", str(adapters["lora"]), "--output", str(out), "--force")   # not a swiftbox output: kept
+    assert res.returncode == 2 and "not a swiftbox output" in one_line_error(res)
+    assert (out / "keep.txt").read_text() == "mine"
+    ours = tmp_path / "ours"
+    sb.merge(str(adapters["lora"]), output=str(ours))
+    entry = sb.merge(str(adapters["lora"]), output=str(ours), force=True)          # a swiftbox output: replaced
+    assert entry["metrics"]["max_abs_logit_diff"] <= 1e-4 and (ours / "swiftbox.json").is_file()
 
 
 def test_failed_verification_writes_nothing_and_keeps_the_old_output(adapters, tmp_path):
