@@ -367,7 +367,8 @@ def test_dataset_path_is_checked_as_typed(tmp_path, monkeypatch, built):
     assert datasets.check("dpo", str(wrong)) is True
     session = make_session(tmp_path)
     typed = "nope.jsonl" + ENTER + BACKSPACE * 10 + str(good) + ENTER  # rejected, corrected, accepted
-    with keys(monkeypatch, [ENTER, DOWN + ENTER, typed, ENTER, ENTER, ENTER, ENTER, ENTER]):
+    own = DOWN * len(datasets.bundled("sft")) + ENTER  # past the bundled files to "A file of my own"
+    with keys(monkeypatch, [ENTER, own, typed, ENTER, ENTER, ENTER, ENTER, ENTER]):
         outcome = run_flow(session, FLOWS["sft"])
     assert only_step(outcome.recipe)[1]["dataset"] == str(good)
 
