@@ -55,7 +55,8 @@ def test_the_align_screen_lists_every_method_and_opens_the_chosen_flow(tmp_path,
         return inner(message, choices=choices, **kwargs)
 
     session = make_session(tmp_path)
-    chunks = [DOWN * 2 + ENTER,                                  # main: Align
+    to_align = DOWN * [value for value, _ in main.ITEMS].index("align")
+    chunks = [to_align + ENTER,                                  # main: Align
               DOWN + ENTER,                                      # align: KTO
               ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER, ENTER,  # kto questions, Run
               UP + ENTER,                                        # next after kto: Back to the main menu
