@@ -546,11 +546,18 @@ class ServeStep(StepBase):
                                              "vLLM when adapters are given")
     adapter_root: Optional[list[str]] = Field(None, description="directories runtime adapters may be loaded from "
                                               "(repeatable; default: runs)")
-    max_lora_rank: Optional[int] = Field(None, ge=1, le=512, description="vLLM: the largest LoRA rank it can load "
-                                         "(default: 64 with runtime adapters, else the adapters' own)")
+    max_lora_rank: Optional[int] = Field(None, ge=1, le=512, description="the largest LoRA rank a runtime adapter may "
+                                         "have; vLLM: the largest it can load (default: 64 with runtime adapters, "
+                                         "else the adapters' own); built-in: default 512")
+    max_loaded_adapters: int = Field(16, ge=1, le=1024, description="runtime adapters loaded at once; past it a load "
+                                     "gets 429 until one is unloaded")
+    max_adapter_memory_mb: int = Field(4096, ge=1, le=10**7, description="memory runtime adapters may take together "
+                                       "(their LoRA matrices at 4 bytes a value); past it a load is refused")
     max_loras: Optional[int] = Field(None, ge=1, le=1024, description="vLLM: adapters in one batch (default: the "
                                      "adapters given, at least 4 with runtime adapters)")
     metrics_public: bool = Field(False, description="serve /metrics without the API key (for a Prometheus scraper)")
+    trust_request_chat_template: bool = Field(False, description="let clients send their own chat template "
+                                              "(chat_template, chat_template_kwargs.chat_template); off: 400")
     served_model_name: Optional[str] = None
     max_model_len: Optional[int] = Field(None, ge=16, le=10**7)
     max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")

@@ -114,8 +114,8 @@ HOSTILE = {   # name -> (config change, weights change, the field the 400 names)
     "inf weights": (None, _set_all(math.inf), "finite"),
     "a base bias in the weights": (None, _base_tensor, "q_proj.bias"),
     "a base weight in the weights": (None, _base_weight, "gate_proj.weight"),
-    "weights of another rank than r": (None, lambda t: {k: (v[:4] if "lora_A" in k else v[:, :4]).contiguous() for k, v in
-                                                         t.items()}, "rank"),
+    "weights of another rank than r": (None, lambda t: {k: (v[:4] if "lora_A" in k else v[:, :4]).contiguous()
+                                                         for k, v in t.items()}, "rank"),
 }
 
 
