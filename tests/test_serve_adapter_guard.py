@@ -157,6 +157,35 @@ def test_a_good_adapter_loads_and_unloads_leaving_the_base_as_it_was(setup):
     assert base_digest(server) == before and base_answer(server) == reference
 
 
+def test_module_patterns_run_under_a_time_limit(setup):
+    """PEFT runs a string target_modules as a regular expression with the standard `re` over every module name on
+    the engine's thread: `([\\w.]+)+z` takes `re` longer than 5 s per module name (measured on main; the engine
+    stalls for every client). The front door runs patterns itself under a time limit and hands PEFT plain names."""
+    server, root, good = setup
+    listed = post(server, "/v1/chat/completions", model="toy", messages=MSG, max_tokens=8, temperature=0)
+    assert listed.status_code == 200
+    before = base_digest(server)
+    path = hostile(good, root, "regex-ok", {"target_modules": r".*\.(q_proj|v_proj|up_proj|down_proj)"})
+    assert post(server, "/v1/load_lora_adapter", lora_name="rx", lora_path=str(path)).status_code == 200
+    assert post(server, "/v1/load_lora_adapter", lora_name="ls", lora_path=str(good)).status_code == 200
+    answers = [post(server, "/v1/chat/completions", model=m, messages=MSG, max_tokens=8, temperature=0).json()
+               for m in ("rx", "ls")]
+    assert answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"]   # the same modules
+    for name in ("rx", "ls"):
+        assert post(server, "/v1/unload_lora_adapter", lora_name=name).status_code == 200
+    for field, pattern, word in (("target_modules", r"([\w.]+)+z", "matches no module"),
+                                 ("target_modules", r"(?:.*){2000}\d{10}", "too long"),
+                                 ("exclude_modules", r"(?:.*){2000}\d{10}", "too long"),
+                                 ("rank_pattern", {r"(?:.*){2000}\d{10}": 8}, "too long"),
+                                 ("target_modules", "(unclosed", "not a valid pattern"),
+                                 ("layers_pattern", "(.*)+", "layers_pattern")):
+        path = hostile(good, root, "regex-bad", {field: pattern})
+        r = post(server, "/v1/load_lora_adapter", lora_name="bad", lora_path=str(path))
+        assert r.status_code == 400 and word in r.json()["error"]["message"], (field, pattern, r.text)
+        assert field in r.json()["error"]["message"]
+    assert base_digest(server) == before
+
+
 def test_base_model_by_identity_not_substring(setup):
     """The served toy lives under ~/.cache/swiftbox/toy/...: an adapter naming any substring of that path
     (`swiftbox`, `toy/v2`) is not an adapter for this model."""

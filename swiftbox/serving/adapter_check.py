@@ -48,7 +48,7 @@ WHY = {   # an option that makes the adapter more than a LoRA delta -> why a run
     "use_dora": "DoRA rescales the base weights' columns",
     "megatron_config": "Megatron-parallel LoRA layers",
 }
-PATTERN_BUDGET_S = 0.05       # per regular expression per module name
+PATTERN_BUDGET_S = 0.25       # per regular expression, over all the module names
 MAX_PATTERN = 512
 LORA_KEY = re.compile(r"^base_model\.model\.([\w.]+)\.(lora_A\.weight|lora_B\.weight|lora_B\.bias|"
                       r"lora_embedding_A|lora_embedding_B)$")
@@ -174,15 +174,26 @@ def _resolve_patterns(options: dict, module_names: Callable[[], list[str]]) -> N
 
 
 def _matches(field_name: str, pattern: str, names: list[str], *, full: bool) -> list[str]:
+    """The names `pattern` matches as PEFT would match it, run by the `regex` module (which can stop a match: the
+    standard `re` PEFT uses cannot) within PATTERN_BUDGET_S for all the names together."""
+    import time
+
     import regex
 
     if len(pattern) > MAX_PATTERN:
         raise AdapterRefused(field_name, f"{field_name}: a pattern longer than {MAX_PATTERN} characters")
+    deadline = time.monotonic() + PATTERN_BUDGET_S
     try:
         compiled = regex.compile(pattern if full else rf"(?:.*\.)?(?:{pattern})$")
-        if full:
-            return [n for n in names if compiled.fullmatch(n, timeout=PATTERN_BUDGET_S, concurrent=True)]
-        return [n for n in names if compiled.match(n, timeout=PATTERN_BUDGET_S, concurrent=True)]
+        run = compiled.fullmatch if full else compiled.match
+        found = []
+        for name in names:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if run(name, timeout=left, concurrent=True):
+                found.append(name)
+        return found
     except TimeoutError:
         raise AdapterRefused(field_name, f"{field_name}: the pattern {pattern[:80]!r} takes too long to match a "
                                          "module name (catastrophic backtracking); list the module names") from None
