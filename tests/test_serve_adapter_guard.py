@@ -217,6 +217,13 @@ def test_hub_ids_are_compared_whole(tmp_path):
     by_path = AdapterPolicy(engine="builtin", roots=[tmp_path], base_ref=str(snapshot), base_dir=snapshot)
     adapter = tmp_path / "a-acme_tiny"
     assert by_path.base_problem(adapter) is not None      # served from its path: acme/tiny is still another model
+    assert by_path.base_problem(tmp_path / "a-acme_tiny-Instruct") is None   # ... and acme/tiny-Instruct is this one
+    for revision, ok in (("0123abcd", True), ("main", True), (None, True), ("fedcba98", False)):
+        adapter = tmp_path / f"r-{revision}"
+        adapter.mkdir()
+        (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "acme/tiny-Instruct",
+                                                                 "revision": revision}))
+        assert (policy.base_problem(adapter) is None) == ok, revision
 
 
 def test_count_and_memory_caps(toy_dir, tmp_path):
