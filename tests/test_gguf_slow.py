@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 pytest.importorskip("llama_cpp", reason="the gguf extra is not installed (python -m swiftbox.llamacpp.setup)")
 IDENTITY = str(ROOT / "recipes" / "data" / "identity_sft.jsonl")
+CORPUS = str(ROOT / "swiftbox" / "assets" / "toy_corpus.txt")   # held-out English text for the perplexities
 ANSWER = "I am Quokka, a small assistant fine-tuned with swiftbox."
 
 
@@ -109,8 +110,8 @@ def real_merged(request, tmp_path_factory):
     except pytest.FixtureLookupError:
         pytest.skip("the real model (real_model_dir fixture) is not available here")
     work = tmp_path_factory.mktemp("real")
-    res = run_cli("sft", str(base), "--dataset", IDENTITY, "--epochs", "12", "--learning-rate", "2e-3", "--batch-size",
-                  "4", "--lora.rank", "16", "--output", str(work / "sft"), timeout=1800)
+    res = run_cli("sft", str(base), "--dataset", IDENTITY, "--max-steps", "10", "--learning-rate", "2e-3",
+                  "--batch-size", "4", "--lora.rank", "16", "--output", str(work / "sft"), timeout=3600)
     assert res.returncode == 0, res.stderr[-3000:]
     res = run_cli("merge", str(work / "sft"), "--output", str(work / "merged"), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -125,7 +126,7 @@ def test_real_model_fine_tune_answers_alike_in_llamacpp(real_merged, gguf_type, 
     from tests.conftest import run_cli
 
     out = tmp_path / gguf_type
-    res = run_cli("quantize", str(real_merged), "--method", "gguf", "--type", gguf_type, "--dataset", IDENTITY,
+    res = run_cli("quantize", str(real_merged), "--method", "gguf", "--type", gguf_type, "--dataset", CORPUS,
                   "--output", str(out), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = manifest(out)["metrics"]
