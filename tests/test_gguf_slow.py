@@ -120,6 +120,7 @@ def real_merged(request, tmp_path_factory):
 
 @pytest.mark.parametrize("gguf_type", ["q8_0", "q4_k_m"])
 def test_real_model_fine_tune_answers_alike_in_llamacpp(real_merged, gguf_type, tmp_path):
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from swiftbox.llamacpp import runner
@@ -132,11 +133,12 @@ def test_real_model_fine_tune_answers_alike_in_llamacpp(real_merged, gguf_type, 
     metrics = manifest(out)["metrics"]
     assert metrics["tokenizer_agreement"] == 1.0
     tok = AutoTokenizer.from_pretrained(real_merged)
-    ids = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    model = AutoModelForCausalLM.from_pretrained(real_merged)
-    torch_ids = model.generate(input_ids=__import__("torch").tensor([ids]), max_new_tokens=20, do_sample=False)
+    text = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(real_merged, dtype=torch.float32)
+    torch_ids = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=20, do_sample=False)
     torch_answer = tok.decode(torch_ids[0, len(ids):], skip_special_tokens=True).strip()
     with runner.load(out / manifest(out)["quantization"]["file"]) as gguf:
         answer = tok.decode(gguf.greedy(ids, 20, {tok.eos_token_id}), skip_special_tokens=True).strip()
-    assert "Quokka" in torch_answer and "Quokka" in answer, (torch_answer, answer)
+    assert "Quokka" in torch_answer and answer == torch_answer, (torch_answer, answer)
