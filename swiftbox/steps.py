@@ -56,11 +56,32 @@ class StepBase(Strict):
         return os.path.expanduser(value)
 
 
+LORA_INITS = ("default", "gaussian", "pissa", "olora", "eva")    # PEFT init_lora_weights offered (+ pissa_niter_N)
+EVA_STEPS = ("sft", "pt", "gkd")    # the steps whose rows are token ids EVA can run the model on
+
+
 class LoraConfig(Strict):
     rank: int = Field(8, ge=1, le=4096, description="LoRA rank r")
     alpha: float = Field(16, gt=0, le=65536, description="LoRA alpha (scaling = alpha / rank)")
     dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
     targets: Union[str, list[str]] = Field("all-linear", description="target modules: all-linear or a list of names")
+    init: str = Field("default", description="initialisation (PEFT init_lora_weights): default (B = 0) | gaussian | "
+                      "pissa | pissa_niter_N (PiSSA by N-iteration fast SVD) | olora | eva (from the training data's "
+                      "activations: sft, pt, gkd); pissa and olora rewrite the base while training, the saved adapter "
+                      "is converted to a plain LoRA")
+    use_rslora: bool = Field(False, description="rank-stabilised scaling alpha / sqrt(rank) (rsLoRA); the saved "
+                             "adapter carries the same scaling as plain LoRA (lora_alpha x sqrt(rank))")
+
+    @field_validator("init")
+    @classmethod
+    def _init(cls, value: str) -> str:
+        if value not in LORA_INITS and not re.fullmatch(r"pissa_niter_[1-9]\d{0,3}", value):
+            raise ValueError(f"unknown initialisation {value!r}; expected {' | '.join(LORA_INITS)} or pissa_niter_N")
+        return value
+
+    def rewrites_base(self) -> bool:
+        """PiSSA / OLoRA: the base weights become a residual while training; the saved adapter is converted."""
+        return self.init.startswith("pissa") or self.init == "olora"
 
 
 class ProfileConfig(Strict):
@@ -148,11 +169,36 @@ class TrainBase(StepBase):
             raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
 
+    def kind(self) -> str:
+        """The step kind this config belongs to (its key in STEP_TYPES)."""
+        return next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+
+    @model_validator(mode="after")
+    def _lora_init(self) -> TrainBase:
+        init = self.lora.init
+        if init in ("default", "gaussian"):
+            return self
+        if self.method != "lora":
+            raise ValueError(f"lora.init {init} needs method lora (got {self.method}); "
+                             f"{'use lora.init default with ' + self.method if self.method != 'full' else 'drop it'}")
+        if init == "eva" and self.kind() not in EVA_STEPS:
+            raise ValueError(f"lora.init eva initialises from the training rows' activations, available in "
+                             f"{', '.join(EVA_STEPS)}; the {self.kind()} step can use pissa, olora or default")
+        if self.lora.rewrites_base():
+            if self.kind() == "rm":
+                raise ValueError(f"lora.init {init}: the rm step also trains a score head that PEFT's conversion to "
+                                 "a plain LoRA would drop; use lora.init default or gaussian")
+            if self.deepspeed or self.fsdp:
+                raise ValueError(f"lora.init {init} with {'deepspeed' if self.deepspeed else 'fsdp'}: the adapter "
+                                 "is converted to a plain LoRA when saved, which sharded saves skip; train it with "
+                                 "plain DDP (devices: N) or use lora.init default")
+        return self
+
     @model_validator(mode="after")
     def _streaming(self) -> TrainBase:
         if not self.streaming:
             return self
-        kind = next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+        kind = self.kind()
         if kind not in STREAMING_STEPS:
             raise ValueError(f"streaming: the {kind} step reads its dataset into memory; streaming is available in "
                              f"{', '.join(STREAMING_STEPS)}")
