@@ -146,6 +146,28 @@ class TrainBase(StepBase):
                             "buffer, so data larger than memory trains with flat memory; needs max_steps (sft, pt)")
     shuffle_buffer: int = Field(10_000, ge=1, le=10**7, description="streaming: rows held and drawn from at random "
                                 "(1: file order)")
+    report_to: list[str] = Field(default_factory=list, description="experiment trackers through transformers' "
+                                 "integrations: none (default) | wandb | swanlab | mlflow | trackio | tensorboard "
+                                 "| ... (wandb and swanlab offline unless WANDB_MODE / SWANLAB_MODE say otherwise; "
+                                 "TensorBoard events are written to <out>/tensorboard either way)")
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, value: Any) -> Any:
+        """`wandb,mlflow`, `[wandb, mlflow]` and `none` / `[]`; names from transformers' INTEGRATION_TO_CALLBACK."""
+        if value is None:
+            return []
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError(f"expected tracker names, e.g. wandb or [wandb, mlflow]; one of {', '.join(REPORT_TO)}")
+        items = [value] if isinstance(value, str) else list(value)
+        names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
+        if names == ["none"]:
+            return []
+        unknown = [n for n in names if n not in REPORT_TO]
+        if unknown:
+            raise ValueError(f"unknown tracker {', '.join(unknown)}; expected none or names from "
+                             f"{', '.join(REPORT_TO)}")
+        return list(dict.fromkeys(names))
 
     @field_validator("profile", mode="before")
     @classmethod
@@ -647,6 +669,9 @@ class ChatStep(StepBase):
         return _parse_pairs(value)
 
 
+# transformers' reporting integrations (integrations.INTEGRATION_TO_CALLBACK; tests/test_train_tracking.py checks them)
+REPORT_TO = ("tensorboard", "wandb", "swanlab", "mlflow", "trackio", "comet_ml", "neptune", "clearml", "dvclive",
+             "azure_ml", "dagshub", "codecarbon", "flyte", "kubeflow")
 STREAMING_STEPS = ("sft", "pt")      # the training steps that read their dataset lazily (streaming: true)
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values

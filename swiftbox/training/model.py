@@ -49,10 +49,14 @@ def dtype_plan(cfg: TrainBase, ctx):
 
 def check_training(cfg: TrainBase, platform: Platform) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
-    naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""
+    naming LoRA), the distributed combinations known not to work and trackers not installed (report_to), before any
+    output or torchrun start."""
+    from swiftbox.training import tracking
+
     if cfg.method == "qlora":
         platform.require("qlora-bnb")
     check_distributed(cfg, platform)
+    tracking.check(cfg, platform)
 
 
 def quantization_config(cfg, dtype: str, platform):
