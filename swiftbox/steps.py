@@ -340,7 +340,10 @@ class RmStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
-GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo"]     # TRL GRPOConfig.loss_type values swiftbox offers
+# the GRPO losses swiftbox offers: TRL GRPOConfig.loss_type values, and gspo (TRL's grpo loss on sequence-level
+# importance ratios); pipelines/grpo.py maps each onto TRL's settings and checks the installed TRL offers it
+GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "gspo", "luspo", "vespo"]
+GRPO_LOSSES: tuple[str, ...] = get_args(GrpoLoss)
 
 
 class GrpoStep(TrainBase):
@@ -355,7 +358,17 @@ class GrpoStep(TrainBase):
                         "reference copy)")
     temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature of the rollouts")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling of the rollouts")
-    loss_type: GrpoLoss = Field("dapo", description="TRL loss aggregation: dapo | grpo | dr_grpo | bnpo")
+    loss_type: GrpoLoss = Field("dapo", description="the policy loss (TRL's): dapo | grpo | dr_grpo | bnpo | cispo | "
+                                "sapo | gspo (sequence-level importance ratios) | luspo | vespo")
+    scale_rewards: Optional[Literal["group", "batch", "none"]] = Field(
+        None, description="advantages divided by the rewards' std over the group, the batch, or none; default: none "
+                          "for dr_grpo (its paper), else group")
+    epsilon: Optional[float] = Field(None, gt=0, le=10, description="clipping range of the importance ratio (lower "
+                                     "side); default 0.2, gspo 3e-4 (its paper)")
+    epsilon_high: Optional[float] = Field(None, gt=0, le=100, description="upper clipping range (DAPO's clip-higher: "
+                                          "0.28; cispo: its ε_max, e.g. 5.0); default: epsilon, gspo 4e-4")
+    mask_truncated_completions: bool = Field(False, description="leave completions cut at max_completion_length out "
+                                             "of the loss (DAPO)")
     use_vllm: bool = Field(False, description="rollouts with TRL's vLLM colocate mode (CUDA with vllm installed)")
     learning_rate: float = Field(1e-5, gt=0, lt=1)
     epochs: float = Field(1, gt=0, le=100_000)
