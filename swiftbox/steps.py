@@ -410,6 +410,25 @@ class GrpoStep(TrainBase):
         return self
 
 
+class GkdStep(TrainBase):
+    """knowledge distillation from a teacher model (GKD: on-policy, generalized JSD)"""
+
+    teacher: str = Field(..., min_length=1, description="the teacher: toy, a ModelScope id, hf:ORG/NAME, a local dir "
+                         "or an artifact dir (its adapters merged); it must share the student's tokenizer")
+    lmbda: float = Field(0.5, ge=0, le=1, description="share of steps trained on the student's own sampled answers "
+                         "(on-policy); the others train on the dataset's replies")
+    beta: float = Field(0.5, ge=0, le=1, description="generalized JSD between teacher and student: 0 = forward KL "
+                        "(teacher || student), 1 = reverse KL, 0.5 = JSD")
+    temperature: float = Field(0.9, gt=0, le=10, description="sampling temperature of the generated answers")
+    seq_kd: bool = Field(False, description="sequence-level KD: off-policy steps train on the teacher's own sampled "
+                         "answers instead of the dataset's replies")
+    max_new_tokens: int = Field(128, ge=1, le=10**6, description="tokens sampled per answer (the student's on-policy, "
+                                "the teacher's with seq_kd)")
+    probe_rows: int = Field(16, ge=0, le=10_000, description="rows (eval_dataset's, else the dataset's first) on "
+                            "which KL(teacher || student) is measured before and after (0: not measured)")
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+
 class EvalStep(StepBase):
     """accuracy on your own question/answer file, perplexity, or standard benchmarks (MMLU, GSM8K, ARC, HellaSwag,
     IFEval) through lm-evaluation-harness on local files"""
@@ -723,6 +742,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "simpo": SimpoStep,
     "rm": RmStep,
     "grpo": GrpoStep,
+    "gkd": GkdStep,
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,
