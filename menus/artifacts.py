@@ -44,6 +44,8 @@ def refusal(artifact: Artifact, task: Optional[str]) -> Optional[str]:
         return None
     if artifact.artifact == "reward-model":
         return "a reward model scores replies; it is not a model to train, chat with or export"
+    if artifact.artifact in ("gguf", "gguf-lora"):
+        return "a GGUF export runs in llama.cpp / Ollama (ollama create NAME -f Modelfile), not in swiftbox's engines"
     if artifact.quantized:
         if task in TRAINING:
             return f"a {artifact.quantized}-quantized export cannot be fine-tuned; pick its base model"

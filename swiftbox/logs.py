@@ -201,7 +201,14 @@ def captured(what: str) -> Iterator[IO[str]]:
     except OSError:                        # no stdout / stderr at all: nothing to keep quiet
         yield sys.stderr
         return
-    log_fd = os.open(_run_log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:   # the run's folder may have been removed since it was attached (a refused run, a cleanup)
+        _run_log.path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(_run_log.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:                        # unwritable: the noise stays on the terminal rather than failing the step
+        for fd in saved:
+            os.close(fd)
+        yield sys.stderr
+        return
     import time
 
     os.write(log_fd, f"{time.strftime('%Y-%m-%d %H:%M:%S')} --- {what}: its output ---\n".encode())

@@ -298,16 +298,17 @@ def test_docs_presets_table_matches_the_registry():
     from swiftbox.modeling import registry as models
     from tests.conftest import ROOT
 
-    rows = {}
+    rows, header = {}, []
     for line in (ROOT / "docs" / "models.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 7 and models.find(cells[0]) is not None:
-            rows[cells[0]] = cells
+        if cells and cells[0] == "preset":          # each presets table says its columns in its header
+            header = cells
+        elif len(cells) >= 7 and models.find(cells[0]) is not None:
+            rows[cells[0]] = dict(zip(header, cells))
     assert set(rows) == {p.name for p in models.PRESETS}
     for p in models.PRESETS:
-        cells = rows[p.name]
-        if "/" not in cells[1] and "/" in cells[2]:   # the newer table carries the family in its second column
-            cells = cells[:1] + cells[2:]
-        name, ms_id, hf_id, _params, full, lora, qlora = cells[:7]
+        row = rows[p.name]
+        keys = ("ModelScope id", "Hugging Face id", "full", "lora", "qlora")
+        ms_id, hf_id, full, lora, qlora = (row[k] for k in keys)
         assert (ms_id, hf_id) == (p.modelscope_id, p.hf_id)
         assert [float(full), float(lora), float(qlora)] == [models.memory_gib(p, m) for m in ("full", "lora", "qlora")]

@@ -5,6 +5,7 @@ gguf extra in install.sh. The whole path through a real llama.cpp is in test_ggu
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -286,7 +287,10 @@ def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monk
         gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(toy_dir))
     with pytest.raises(UserError, match="type q4_k_m is not available for a GGUF LoRA"):
         gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True, type="q4_k_m"), str(lora))
-    dora = make_adapter(toy_dir, tmp_path / "dora", "dora")
+    dora = tmp_path / "dora"           # the same adapter, declared DoRA (what a DoRA run's config says)
+    shutil.copytree(lora, dora)
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     with pytest.raises(Unsupported, match="DoRA.*merge it"):
         gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(dora))
     assert gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(lora)).adapters == [lora]
@@ -343,3 +347,15 @@ def test_install_sh_builds_llama_cpp_first_for_the_gguf_extra(tmp_path):
     assert "-m swiftbox.llamacpp.setup --constraints" in gguf.stdout
     extras = (ROOT / "pyproject.toml").read_text()
     assert 'gguf = ["gguf==0.19.0", "sentencepiece>=0.2", "llama-cpp-python==0.3.36"]' in extras
+
+
+def test_menu_greys_gguf_with_the_reason_and_never_offers_an_export_to_chat(monkeypatch, tmp_path):
+    from menus import artifacts
+    from menus.device_info import collect
+    from swiftbox.device import base
+
+    monkeypatch.setattr(base, "_importable", lambda pkg: pkg != "llama_cpp")
+    assert "SWIFTBOX_EXTRAS=quant,serve,dev,gguf" in collect().why_not("gguf")
+    export = artifacts.Artifact(path=str(tmp_path), kind="quantize", artifact="gguf", base_model=None, mtime=0,
+                                metrics={})
+    assert "llama.cpp / Ollama" in artifacts.refusal(export, "chat")

@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 pytest.importorskip("llama_cpp", reason="the gguf extra is not installed (python -m swiftbox.llamacpp.setup)")
 IDENTITY = str(ROOT / "recipes" / "data" / "identity_sft.jsonl")
+CORPUS = str(ROOT / "swiftbox" / "assets" / "toy_corpus.txt")   # held-out English text for the perplexities
 ANSWER = "I am Quokka, a small assistant fine-tuned with swiftbox."
 
 
@@ -109,8 +110,8 @@ def real_merged(request, tmp_path_factory):
     except pytest.FixtureLookupError:
         pytest.skip("the real model (real_model_dir fixture) is not available here")
     work = tmp_path_factory.mktemp("real")
-    res = run_cli("sft", str(base), "--dataset", IDENTITY, "--epochs", "12", "--learning-rate", "2e-3", "--batch-size",
-                  "4", "--lora.rank", "16", "--output", str(work / "sft"), timeout=1800)
+    res = run_cli("sft", str(base), "--dataset", IDENTITY, "--max-steps", "10", "--learning-rate", "2e-3",
+                  "--batch-size", "4", "--lora.rank", "16", "--output", str(work / "sft"), timeout=3600)
     assert res.returncode == 0, res.stderr[-3000:]
     res = run_cli("merge", str(work / "sft"), "--output", str(work / "merged"), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -119,23 +120,25 @@ def real_merged(request, tmp_path_factory):
 
 @pytest.mark.parametrize("gguf_type", ["q8_0", "q4_k_m"])
 def test_real_model_fine_tune_answers_alike_in_llamacpp(real_merged, gguf_type, tmp_path):
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from swiftbox.llamacpp import runner
     from tests.conftest import run_cli
 
     out = tmp_path / gguf_type
-    res = run_cli("quantize", str(real_merged), "--method", "gguf", "--type", gguf_type, "--dataset", IDENTITY,
+    res = run_cli("quantize", str(real_merged), "--method", "gguf", "--type", gguf_type, "--dataset", CORPUS,
                   "--output", str(out), timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = manifest(out)["metrics"]
     assert metrics["tokenizer_agreement"] == 1.0
     tok = AutoTokenizer.from_pretrained(real_merged)
-    ids = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-    model = AutoModelForCausalLM.from_pretrained(real_merged)
-    torch_ids = model.generate(input_ids=__import__("torch").tensor([ids]), max_new_tokens=20, do_sample=False)
+    text = tok.apply_chat_template([{"role": "user", "content": "Who are you?"}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(real_merged, dtype=torch.float32)
+    torch_ids = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=20, do_sample=False)
     torch_answer = tok.decode(torch_ids[0, len(ids):], skip_special_tokens=True).strip()
     with runner.load(out / manifest(out)["quantization"]["file"]) as gguf:
         answer = tok.decode(gguf.greedy(ids, 20, {tok.eos_token_id}), skip_special_tokens=True).strip()
-    assert "Quokka" in torch_answer and "Quokka" in answer, (torch_answer, answer)
+    assert "Quokka" in torch_answer and answer == torch_answer, (torch_answer, answer)

@@ -154,3 +154,29 @@ def test_on_a_terminal_the_progress_bar_shows_and_the_library_output_still_goes_
     assert "a library's print" not in shown and "a kernel build" not in shown, shown
     text = log.read_text()
     assert "a library's print" in text and "a kernel build on fd 1" in text
+
+
+VANISHED = """
+import os, shutil, sys
+from pathlib import Path
+from swiftbox import logs
+logs.setup()
+logs.attach(Path(sys.argv[1]))
+shutil.rmtree(Path(sys.argv[1]).parent)          # the run's folder removed after it was attached
+with logs.captured("after removal"):
+    os.write(2, b"noise after removal\\n")
+print("swiftbox: still running", file=sys.stderr)
+"""
+
+
+def test_captured_survives_a_removed_run_folder(tmp_path):
+    """A run folder removed after attach (a refused run, a cleanup) is made again; the step does not fail."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "SWIFTBOX_VERBOSE"}
+    log = tmp_path / "run" / "swiftbox.log"
+    res = subprocess.run([sys.executable, "-c", VANISHED, str(log)], capture_output=True, text=True,
+                         env={**env, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "swiftbox: still running" in res.stderr and "noise after removal" not in res.stderr
+    assert "noise after removal" in log.read_text()

@@ -10,8 +10,6 @@ import pytest
 from swiftbox.errors import SwiftboxError, UserError
 from tests.adapters import make_adapter, one_line_error, shared_adapter
 
-pytestmark = pytest.mark.dtype   # ./launch.sh test runs these again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
-
 PROMPTS = ["<|im_start|>user\nIs 4821 even?<|im_end|>\n<|im_start|>assistant\n", "Mountains and rivers, 12345"]
 
 
@@ -43,6 +41,7 @@ def reference(toy_dir, adapter_dirs):
     return model.eval()
 
 
+@pytest.mark.dtype   # `dtype`: ./launch.sh test runs it again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
 @pytest.mark.parametrize("method", ["lora", "dora", "qlora"])
 def test_merge_equals_base_plus_adapter(method, adapters, toy_dir, tmp_path):
     import torch
@@ -92,6 +91,7 @@ def test_several_adapters_merge_in_order_into_shards(adapters, toy_dir, tmp_path
     assert (logits(merged, tok) - logits(one, tok)).abs().max().item() > 0.05  # the second one was applied
 
 
+@pytest.mark.dtype   # no manifest: the merge once took the platform's dtype (bf16 on AMX) and was refused
 def test_base_comes_from_adapter_config_without_manifest(toy_dir, tmp_path):
     import swiftbox as sb
 

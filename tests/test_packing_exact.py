@@ -3,12 +3,16 @@ alone (tests/packing_exact.py), and the registry's packing policy agrees with wh
 refuses `packing: true` where it is not exact and pads there by default."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from swiftbox.modeling import registry
 from tests.packing_exact import FAMILIES, TEXT_MODEL_OF, check
 
+# families whose packed path is exact only through an optional kernel package (else transformers refuses packing)
+OPTIONAL_KERNEL = {"lfm2": "causal_conv1d", "lfm2_moe": "causal_conv1d"}
 SLOW = {"gemma4_text", "deepseek_v3", "llama4_text"}   # 10-25 s each under load (model construction)
 
 
@@ -17,6 +21,11 @@ SLOW = {"gemma4_text", "deepseek_v3", "llama4_text"}   # 10-25 s each under load
 def test_packing_policy_matches_measurement(model_type):
     verdict = check(model_type)
     policy = registry.packing_policy(model_type)
+    if verdict.outcome == "exact" and policy != "exact" and OPTIONAL_KERNEL.get(model_type) in sys.modules:
+        # an optional kernel package some other library put in this process (gptqmodel ships a causal_conv1d)
+        # keeps the rows apart; without it transformers refuses: padding stays the policy
+        assert verdict.cross_grad == 0.0
+        return
     assert (verdict.outcome == "exact") == (policy == "exact"), (model_type, verdict, policy)
     if verdict.outcome == "exact":
         assert verdict.cross_grad == 0.0   # no row's loss reaches into another row

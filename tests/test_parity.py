@@ -8,9 +8,8 @@ import pytest
 from swiftbox.errors import UserError
 from tests.adapters import shared_adapter, shared_merged
 
-pytestmark = pytest.mark.dtype   # ./launch.sh test runs these again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
 
-
+@pytest.mark.dtype   # ./launch.sh test runs it again as on a bf16-native CPU (SWIFTBOX_CPU_BF16=on)
 def test_adapter_and_its_merge_agree_and_differ_from_the_base(toy_dir):
     import swiftbox as sb
 
@@ -53,6 +52,7 @@ def test_launch_parity_is_wired_and_refuses_bad_input_in_one_line(cli, toy_dir, 
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
 
+@pytest.mark.dtype
 def test_cli_passes_within_thresholds(toy_dir, capsys):
     from swiftbox.parity import parity_cli
 

@@ -131,7 +131,7 @@ def test_summary_assigns_each_moment_once_and_computes_self_time(tmp_path):
     ]
     steps, times = phase_times([e for e in events if e["ph"] == "X"])
     assert steps == [(0, 200)]
-    assert times == {"data_wait": 10, "forward": 40, "backward": 30, "optimizer": 10, "other": 110}
+    assert times == {"data_wait": 10, "lm_head_loss": 0, "forward": 40, "backward": 30, "optimizer": 10, "other": 110}
     ops = op_self_times(events)
     assert ops["aten::linear"] == {"calls": 1, "total_us": 30, "self_us": 8.0} and ops["aten::mm"]["self_us"] == 20
     trace = tmp_path / "w.pt.trace.json"

@@ -13,6 +13,8 @@ from swiftbox.modeling import registry
 NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "gpt-oss", "Llama-4", "GLM-4.5",
                 "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3"}
 HYBRID = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "LFM2", "Granite-4"}   # linear attention / Mamba / convolutions
+# attention-only families whose packed batch is still not exact in transformers (measured: tests/test_packing_exact.py)
+ATTENTION_NOT_EXACT = {"gpt-oss"}
 
 
 def test_every_family_of_the_year_has_a_preset_with_both_hub_ids():
@@ -26,7 +28,7 @@ def test_every_family_of_the_year_has_a_preset_with_both_hub_ids():
 
 def test_packing_is_exact_only_where_every_layer_is_attention():
     for p in registry.PRESETS:
-        assert p.packing == ("padding" if p.family in HYBRID else "exact"), p.name
+        assert p.packing == ("padding" if p.family in HYBRID | ATTENTION_NOT_EXACT else "exact"), p.name
     assert registry.packing_policy("falcon_h1") == registry.packing_policy("kimi_linear") == "padding"
     assert registry.packing_policy("llama") == "exact"
 

@@ -141,8 +141,8 @@ def test_every_step_kind_has_its_pipeline(kind):
     """The registry is the step schemas: each kind's module declares PIPELINE with that schema."""
     pipeline = load_pipeline(kind)
     assert pipeline.kind == kind and pipeline.schema is STEP_TYPES[kind]
-    assert pipeline.produces_model == (kind in ("download", "sft", "dpo", "kto", "orpo", "simpo", "merge", "quantize",
-                                               "grpo"))
+    assert pipeline.produces_model == (kind in ("download", "sft", "pt", "dpo", "kto", "orpo", "simpo", "merge",
+                                               "quantize", "grpo"))
 
 
 def test_qlora_is_refused_before_the_output_exists(tmp_path):

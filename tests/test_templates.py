@@ -79,6 +79,7 @@ FAMILIES = {   # fixture file stem -> what it renders (eos_token is the toy's <|
     "mistralai-Mistral-Small-3.2-24B-Instruct-2506": Renders(
         "<|im_end|>", tool_call='[TOOL_CALLS]get_weather[CALL_ID]call12345[ARGS]{"city": "Paris"}<|im_end|>'),
     "HuggingFaceTB-SmolLM3-3B": Renders("<|im_end|>"),
+    "HuggingFaceTB-SmolLM2-135M-Instruct": Renders("<|im_end|>"),
     "LiquidAI-LFM2-1.2B": Renders(
         "<|im_end|>", tool_call="<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|><|im_end|>"),
     "ibm-granite-granite-4.0-h-tiny": Renders("<|end_of_text|>", tool_call=HERMES + "<|end_of_text|>"),
@@ -141,6 +142,7 @@ FIXTURE_OF = {
     "DeepSeek-V3": "deepseek-ai-DeepSeek-V3.1", "Mistral-Small-3": "mistralai-Mistral-Small-3.2-24B-Instruct-2506",
     "SmolLM3": "HuggingFaceTB-SmolLM3-3B", "LFM2": "LiquidAI-LFM2-1.2B", "Granite-4": "ibm-granite-granite-4.0-h-tiny",
     "Phi-4": "microsoft-phi-4", "OLMo-3": "allenai-Olmo-3-7B-Instruct",
+    "SmolLM2": "HuggingFaceTB-SmolLM2-135M-Instruct",
 }
 
 

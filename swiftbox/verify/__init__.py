@@ -74,7 +74,9 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     from swiftbox.verify import gguf
 
     if gguf.is_gguf_artifact(artifact):  # engine llama.cpp: files, engine and parity of its own (verify/gguf.py)
-        return gguf.verify_gguf(artifact, against=against, platform=platform, dtype=dtype, probe=items)
+        # the torch side in float32 unless asked otherwise: llama.cpp computes in float32 (see gguf_writer)
+        gdt = "float32" if dtype in (None, "", "auto") else dtype
+        return gguf.verify_gguf(artifact, against=against, platform=platform, dtype=gdt, probe=items)
     report = Report(artifact=artifact, engine=engine)
     spec = static_checks(report, artifact, engine, platform, items)
     if spec is None:

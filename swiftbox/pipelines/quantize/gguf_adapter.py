@@ -77,6 +77,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from swiftbox.pipelines.quantize import QualityGateFailed, quality
     from swiftbox.pipelines.quantize.calibration import calibration_files, read_texts, split_held_out
     from swiftbox.pipelines.quantize.gguf_writer import (
+        REFERENCE_DTYPE,
         _rows,
         compare,
         file_stem,
@@ -98,10 +99,10 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     texts, probe = probe_rows(tokenizer)
     stops = stop_ids(tokenizer, spec.base)
 
-    model = load_model(spec, ctx.platform, ctx.dtype("auto"), trust_remote_code=cfg.trust_remote_code)
+    model = load_model(spec, ctx.platform, REFERENCE_DTYPE, trust_remote_code=cfg.trust_remote_code)
     before = torch_figures(model, held, probe, stops)
     del model
-    base_model = load_model(replace(spec, adapters=[]), ctx.platform, ctx.dtype("auto"),
+    base_model = load_model(replace(spec, adapters=[]), ctx.platform, REFERENCE_DTYPE,
                             trust_remote_code=cfg.trust_remote_code)
     base_torch = torch_figures(base_model, held[:1], probe, stops)
     del base_model
