@@ -91,6 +91,28 @@ def test_base_rewriting_init_is_saved_as_a_plain_lora_that_reproduces_the_traine
     assert _relative(trained, _logits(_base_plus(raw, dtype), ids)) > 4 * tolerance
 
 
+def test_a_trainers_copy_of_a_pissa_adapter_leaves_the_model_alone():
+    """TRL's preference/GRPO trainers add a frozen "ref" copy of the adapter with the adapter's own config: with the
+    config still saying pissa, PEFT would carve the residual out of the base a second time. At the start the model
+    equals its base, before and after that copy; a second load starts from the same adapter (a resumed run)."""
+    import torch
+
+    from swiftbox.device.cpu import CpuPlatform
+    from swiftbox.steps import DpoStep
+    from swiftbox.training.model import load_for_training
+
+    cfg = DpoStep(dataset="x.jsonl", lora={"init": "pissa", "rank": 4})
+    tm = load_for_training("toy", cfg, CpuPlatform(), "float32")
+    ids = torch.randint(3, 200, (1, 16))
+    base = _logits(_base("float32"), ids)
+    assert _relative(base, _logits(tm.model.eval(), ids)) <= 1e-4
+    tm.model.add_adapter("ref", tm.model.peft_config["default"])        # what TRL does with a PeftModel
+    assert _relative(base, _logits(tm.model, ids)) <= 1e-4
+    again = load_for_training("toy", cfg, CpuPlatform(), "float32").initial_adapter
+    assert again.keys() == tm.initial_adapter.keys()
+    assert all(torch.equal(again[k], tm.initial_adapter[k]) for k in again)
+
+
 def test_rslora_is_saved_with_the_equal_plain_scaling(tmp_path):
     from swiftbox.device.cpu import CpuPlatform
     from swiftbox.steps import SftStep
