@@ -173,7 +173,8 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
 
         try:
             with logs.captured(f"LoRA init {cfg.lora.init}"):
-                model = get_peft_model(model, lora_config(cfg, "SEQ_CLS" if reward_head else "CAUSAL_LM"))
+                model = get_peft_model(model, lora_config(cfg, "SEQ_CLS" if reward_head else "CAUSAL_LM"),
+                                       low_cpu_mem_usage=cfg.lora.init == "eva")   # EVA makes the weights
         except ValueError as exc:  # PEFT's refusal of the settings, e.g. target modules the model does not have
             raise UserError(f"lora.targets {cfg.lora.targets!r}: {' '.join(str(exc).split())[:300]}") from None
         initial = snapshot(model, cfg.lora)
