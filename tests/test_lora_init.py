@@ -130,6 +130,22 @@ def test_rslora_is_saved_with_the_equal_plain_scaling(tmp_path):
     assert _relative(trained, _logits(_base_plus(tmp_path, "float32"), ids)) <= 1e-4
 
 
+def test_rslora_patterns_keep_each_modules_scaling(tmp_path):
+    """Per-module ranks (EVA's rank_pattern) and alphas (alpha_pattern) keep alpha_m / sqrt(r_m) as plain scaling."""
+    import math
+
+    from swiftbox.training.lora_init import plain_scaling
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps(
+        {"use_rslora": True, "r": 8, "lora_alpha": 16, "rank_pattern": {"q_proj": 4}, "alpha_pattern": {"v_proj": 32}}))
+    plain_scaling(tmp_path)
+    c = json.loads((tmp_path / "adapter_config.json").read_text())
+    scale = {m: c["alpha_pattern"].get(m, c["lora_alpha"]) / c["rank_pattern"].get(m, c["r"])
+             for m in ("q_proj", "v_proj", "o_proj")}
+    assert c["use_rslora"] is False
+    assert scale == pytest.approx({"q_proj": 16 / 2, "v_proj": 32 / math.sqrt(8), "o_proj": 16 / math.sqrt(8)})
+
+
 def test_pissa_sft_trains_verifies_and_merges(tmp_path):
     """End to end through the runner: sft with PiSSA, the saved adapter passes verify's files section (a plain delta),
     merge's parity check holds, and a later step cannot re-initialise the adapter it continues."""
