@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
-    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
+    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo / .gkd trainers;
                                  # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
                                  # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
     "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
@@ -86,11 +86,12 @@ def trl_pretokenized(trainer_cls: Any) -> Iterator[None]:
 
 # -- TRL: trainers that live only in trl.experimental ------------------------------------------------------
 TRL_EXPERIMENTAL = {"orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer"),
-                    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer")}
+                    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer"),
+                    "gkd": ("trl.experimental.gkd", "GKDConfig", "GKDTrainer")}
 
 
 def trl_experimental(name: str) -> tuple[Any, Any]:
-    """(Config, Trainer) classes of a TRL trainer that has no stable home yet (ORPO; CPO, which runs SimPO).
+    """(Config, Trainer) classes of a TRL trainer that has no stable home yet (ORPO; CPO, which runs SimPO; GKD).
     The one place that names their module: when TRL moves them, this line and its test break, nothing else."""
     import importlib
 

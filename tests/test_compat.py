@@ -43,6 +43,9 @@ def test_trl_experimental_trainers_are_where_orpo_and_simpo_import_them(name):
     assert {"beta", "max_length"} <= fields                       # what swiftbox/pipelines/{orpo,simpo}.py set
     if name == "cpo":
         assert {"loss_type", "simpo_gamma", "cpo_alpha"} <= fields
+    if name == "gkd":                                            # what swiftbox/pipelines/gkd.py sets
+        assert {"lmbda", "seq_kd", "temperature", "max_new_tokens", "disable_dropout"} <= fields
+        assert {"teacher_model", "data_collator"} <= set(inspect.signature(trainer).parameters)
 
 
 def test_trl_experimental_move_is_one_line_error(monkeypatch):
