@@ -165,7 +165,8 @@ class TrainBase(StepBase):
             return []
         unknown = [n for n in names if n not in REPORT_TO]
         if unknown:
-            raise ValueError(f"unknown tracker {', '.join(unknown)}; expected none or names from "
+            shown = ", ".join(n if len(n) <= 40 else n[:37] + "..." for n in unknown[:3])
+            raise ValueError(f"unknown tracker {shown}; expected none or names from "
                              f"{', '.join(REPORT_TO)}")
         return list(dict.fromkeys(names))
 
