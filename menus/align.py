@@ -17,6 +17,7 @@ ALIGN = [  # (step kind, title): the kinds are keys of menus.flows.FLOWS
     ("simpo", "SimPO    preference pairs; length-normalised margin, no reference model"),
     ("rm", "Reward model   learns to score replies from preference pairs (GRPO can use it)"),
     ("grpo", "GRPO     questions with checkable answers; rewards from rules, your function or a reward model"),
+    ("gkd", "GKD      distil a teacher model (same tokenizer) into this one, on its own answers too"),
 ]
 
 

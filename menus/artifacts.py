@@ -35,7 +35,7 @@ class Artifact:
         return f"{self.path}  ({self.kind} {self.artifact}{base}{quant})"
 
 
-TRAINING = ("sft", "pt", "dpo", "kto", "orpo", "simpo", "rm", "grpo")
+TRAINING = ("sft", "pt", "dpo", "kto", "orpo", "simpo", "rm", "grpo", "gkd")
 
 
 def refusal(artifact: Artifact, task: Optional[str]) -> Optional[str]:

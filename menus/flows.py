@@ -365,4 +365,27 @@ GRPO = Flow(
     lambda st: _train_settings("grpo", st, {"rewards": [st["reward"]], "num_generations": st["num_generations"]}),
 )
 
-FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, PT, DPO, KTO, ORPO, SIMPO, RM, GRPO, CHAT, EVAL, MERGE, QUANTIZE, SERVE)}
+
+
+def _teacher(session: MenuSession):
+    """The teacher: the model list again (never the carried input: that is the student), its own answer key."""
+    ask_model = q.model(session, "Teacher model (it must share the student's tokenizer):", task="gkd")
+    return lambda state: ask_model({"model": state.get("teacher")})
+
+
+GKD = Flow(
+    "gkd", "Distil a teacher model into this one (GKD)",
+    lambda s: [("model", q.model(s, "Model or SFT adapter to distil into (the student):", task="gkd")),
+               ("teacher", _teacher(s)),
+               ("dataset", q.dataset(s, "sft", "Conversations (the prompts and replies to distil on):")),
+               ("method", q.method(s, "gkd")),
+               ("rank", q.lora_rank("gkd")),
+               ("lmbda", q.number("lmbda", "lmbda (share of steps on the student's own answers, 0-1):", "gkd",
+                                  "lmbda", float, 0, 1)),
+               ("epochs", q.number("epochs", "Epochs:", "gkd", "epochs", float, 0.01, 1000)),
+               ("output", q.output(s, "gkd"))],
+    lambda st: _train_settings("gkd", st, {"teacher": st["teacher"], "lmbda": st["lmbda"]}),
+)
+
+FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, PT, DPO, KTO, ORPO, SIMPO, RM, GRPO, GKD, CHAT, EVAL, MERGE, QUANTIZE,
+                             SERVE)}

@@ -39,7 +39,7 @@ NEXT = {
            ("eval", "Evaluate it")],
     "sft": [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it"), ("align", "Align it")],
     **{kind: [("chat", "Chat test"), ("merge", "Merge the adapter"), ("eval", "Evaluate it")]
-       for kind in ("dpo", "kto", "orpo", "simpo", "grpo")},
+       for kind in ("dpo", "kto", "orpo", "simpo", "grpo", "gkd")},
     "merge": [("quantize", "Quantize it"), ("serve", "Serve it"), ("chat", "Chat test"), ("eval", "Evaluate it")],
     "quantize": [("serve", "Serve it"), ("eval", "Evaluate it"), ("chat", "Chat test")],
 }
@@ -147,7 +147,8 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
     if not options:
         return None
     found = describe(output)
-    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "pt", "dpo", "kto", "orpo", "simpo", "grpo")
+    is_adapter = found.artifact == "adapter" if found else kind in ("sft", "pt", "dpo", "kto", "orpo", "simpo", "grpo",
+                                                                    "gkd")
     choices = []
     for step, title in options:
         if step == "merge" and not is_adapter:

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
-    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo trainers;
+    "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo / .gkd trainers;
                                  # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
                                  # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
     "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values;
                                  # 5.24.0: integrations.gguf (is_gguf_arch_supported, dequant.GGML_NAME),
-                                 # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES
+                                 # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES,
+                                 # chat_template_utils._compile_jinja_template (its Template's environment.concat)
     "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
     "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
     "llama-cpp-python": "0.3.36",  # its llama.cpp tree: conversion.base.TextModel.get_vocab_base_pre
@@ -85,11 +86,12 @@ def trl_pretokenized(trainer_cls: Any) -> Iterator[None]:
 
 # -- TRL: trainers that live only in trl.experimental ------------------------------------------------------
 TRL_EXPERIMENTAL = {"orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer"),
-                    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer")}
+                    "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer"),
+                    "gkd": ("trl.experimental.gkd", "GKDConfig", "GKDTrainer")}
 
 
 def trl_experimental(name: str) -> tuple[Any, Any]:
-    """(Config, Trainer) classes of a TRL trainer that has no stable home yet (ORPO; CPO, which runs SimPO).
+    """(Config, Trainer) classes of a TRL trainer that has no stable home yet (ORPO; CPO, which runs SimPO; GKD).
     The one place that names their module: when TRL moves them, this line and its test break, nothing else."""
     import importlib
 
@@ -314,3 +316,59 @@ def llamacpp_bpe_pre_tokenizer(name: str | None) -> Iterator[None]:
         yield
     finally:
         TextModel.get_vocab_base_pre = original
+
+
+# -- transformers: a chat template's output capped while it renders -------------------------------------------
+class TemplateOutputTooLong(ValueError):
+    """A chat template's rendering passed the cap (chat_template_output_capped) and was stopped."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the chat template's output passed {limit} characters")
+        self.limit = limit
+
+
+_RENDER_LIMIT: Any = None     # a ContextVar[int | None], made on first use
+
+
+def _render_limit() -> Any:
+    global _RENDER_LIMIT
+    if _RENDER_LIMIT is None:
+        import contextvars
+
+        _RENDER_LIMIT = contextvars.ContextVar("swiftbox_chat_template_limit", default=None)
+    return _RENDER_LIMIT
+
+
+def _capped_concat(pieces: Any) -> str:
+    limit = _render_limit().get()
+    if limit is None:
+        return "".join(pieces)
+    out, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        if size > limit:
+            raise TemplateOutputTooLong(limit)
+        out.append(piece)
+    return "".join(out)
+
+
+@contextlib.contextmanager
+def chat_template_output_capped(templates: list[str], limit: int) -> Iterator[None]:
+    """While active (in this thread / context only), rendering any of `templates` through transformers'
+    apply_chat_template raises TemplateOutputTooLong as soon as its output passes `limit` characters, instead of
+    building the whole text: a template that loops a hundred thousand times stops after `limit` characters.
+    transformers renders with the jinja Template that `chat_template_utils._compile_jinja_template` (lru-cached per
+    template string) returns, and jinja's `Template.render` joins the template's output pieces with its
+    environment's `concat`; that attribute of each compiled template's own sandboxed environment is set to a join
+    that reads the cap from a ContextVar, so it behaves exactly as `"".join` wherever no cap is active. (One
+    expression that builds a huge string by itself, `'x' * 10**9`, is not stopped: that is why a client's own
+    template needs --trust-request-chat-template.)"""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    for template in templates:
+        _compile_jinja_template(template).environment.concat = _capped_concat
+    token = _render_limit().set(limit)
+    try:
+        yield
+    finally:
+        _render_limit().reset(token)

@@ -58,11 +58,32 @@ class StepBase(Strict):
         return os.path.expanduser(value)
 
 
+LORA_INITS = ("default", "gaussian", "pissa", "olora", "eva")    # PEFT init_lora_weights offered (+ pissa_niter_N)
+EVA_STEPS = ("sft", "pt", "gkd")    # the steps whose rows are token ids EVA can run the model on
+
+
 class LoraConfig(Strict):
     rank: int = Field(8, ge=1, le=4096, description="LoRA rank r")
     alpha: float = Field(16, gt=0, le=65536, description="LoRA alpha (scaling = alpha / rank)")
     dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
     targets: Union[str, list[str]] = Field("all-linear", description="target modules: all-linear or a list of names")
+    init: str = Field("default", description="initialisation (PEFT init_lora_weights): default (B = 0) | gaussian | "
+                      "pissa | pissa_niter_N (PiSSA by N-iteration fast SVD) | olora | eva (from the training data's "
+                      "activations: sft, pt, gkd); pissa and olora rewrite the base while training, the saved adapter "
+                      "is converted to a plain LoRA")
+    use_rslora: bool = Field(False, description="rank-stabilised scaling alpha / sqrt(rank) (rsLoRA); the saved "
+                             "adapter carries the same scaling as plain LoRA (lora_alpha x sqrt(rank))")
+
+    @field_validator("init")
+    @classmethod
+    def _init(cls, value: str) -> str:
+        if value not in LORA_INITS and not re.fullmatch(r"pissa_niter_[1-9]\d{0,3}", value):
+            raise ValueError(f"unknown initialisation {value!r}; expected {' | '.join(LORA_INITS)} or pissa_niter_N")
+        return value
+
+    def rewrites_base(self) -> bool:
+        """PiSSA / OLoRA: the base weights become a residual while training; the saved adapter is converted."""
+        return self.init.startswith("pissa") or self.init == "olora"
 
 
 class ProfileConfig(Strict):
@@ -127,6 +148,28 @@ class TrainBase(StepBase):
                             "buffer, so data larger than memory trains with flat memory; needs max_steps (sft, pt)")
     shuffle_buffer: int = Field(10_000, ge=1, le=10**7, description="streaming: rows held and drawn from at random "
                                 "(1: file order)")
+    report_to: list[str] = Field(default_factory=list, description="experiment trackers through transformers' "
+                                 "integrations: none (default) | wandb | swanlab | mlflow | trackio | tensorboard "
+                                 "| ... (wandb and swanlab offline unless WANDB_MODE / SWANLAB_MODE say otherwise; "
+                                 "TensorBoard events are written to <out>/tensorboard either way)")
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, value: Any) -> Any:
+        """`wandb,mlflow`, `[wandb, mlflow]` and `none` / `[]`; names from transformers' INTEGRATION_TO_CALLBACK."""
+        if value is None:
+            return []
+        if not isinstance(value, (str, list, tuple)):
+            raise ValueError(f"expected tracker names, e.g. wandb or [wandb, mlflow]; one of {', '.join(REPORT_TO)}")
+        items = [value] if isinstance(value, str) else list(value)
+        names = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
+        if names == ["none"]:
+            return []
+        unknown = [n for n in names if n not in REPORT_TO]
+        if unknown:
+            raise ValueError(f"unknown tracker {', '.join(unknown)}; expected none or names from "
+                             f"{', '.join(REPORT_TO)}")
+        return list(dict.fromkeys(names))
 
     @field_validator("profile", mode="before")
     @classmethod
@@ -150,11 +193,36 @@ class TrainBase(StepBase):
             raise ValueError("expected -1 (train for `epochs`) or a number of steps of at least 1")
         return value
 
+    def kind(self) -> str:
+        """The step kind this config belongs to (its key in STEP_TYPES)."""
+        return next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+
+    @model_validator(mode="after")
+    def _lora_init(self) -> TrainBase:
+        init = self.lora.init
+        if init in ("default", "gaussian"):
+            return self
+        if self.method != "lora":
+            raise ValueError(f"lora.init {init} needs method lora (got {self.method}); "
+                             f"{'use lora.init default with ' + self.method if self.method != 'full' else 'drop it'}")
+        if init == "eva" and self.kind() not in EVA_STEPS:
+            raise ValueError(f"lora.init eva initialises from the training rows' activations, available in "
+                             f"{', '.join(EVA_STEPS)}; the {self.kind()} step can use pissa, olora or default")
+        if self.lora.rewrites_base():
+            if self.kind() == "rm":
+                raise ValueError(f"lora.init {init}: the rm step also trains a score head that PEFT's conversion to "
+                                 "a plain LoRA would drop; use lora.init default or gaussian")
+            if self.deepspeed or self.fsdp:
+                raise ValueError(f"lora.init {init} with {'deepspeed' if self.deepspeed else 'fsdp'}: the adapter "
+                                 "is converted to a plain LoRA when saved, which sharded saves skip; train it with "
+                                 "plain DDP (devices: N) or use lora.init default")
+        return self
+
     @model_validator(mode="after")
     def _streaming(self) -> TrainBase:
         if not self.streaming:
             return self
-        kind = next((k for k, v in STEP_TYPES.items() if v is type(self)), type(self).__name__)
+        kind = self.kind()
         if kind not in STREAMING_STEPS:
             raise ValueError(f"streaming: the {kind} step reads its dataset into memory; streaming is available in "
                              f"{', '.join(STREAMING_STEPS)}")
@@ -274,7 +342,10 @@ class RmStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
-GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo"]     # TRL GRPOConfig.loss_type values swiftbox offers
+# the GRPO losses swiftbox offers: TRL GRPOConfig.loss_type values, and gspo (TRL's grpo loss on sequence-level
+# importance ratios); pipelines/grpo.py maps each onto TRL's settings and checks the installed TRL offers it
+GrpoLoss = Literal["dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "gspo", "luspo", "vespo"]
+GRPO_LOSSES: tuple[str, ...] = get_args(GrpoLoss)
 
 
 class GrpoStep(TrainBase):
@@ -289,7 +360,17 @@ class GrpoStep(TrainBase):
                         "reference copy)")
     temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature of the rollouts")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling of the rollouts")
-    loss_type: GrpoLoss = Field("dapo", description="TRL loss aggregation: dapo | grpo | dr_grpo | bnpo")
+    loss_type: GrpoLoss = Field("dapo", description="the policy loss (TRL's): dapo | grpo | dr_grpo | bnpo | cispo | "
+                                "sapo | gspo (sequence-level importance ratios) | luspo | vespo")
+    scale_rewards: Optional[Literal["group", "batch", "none"]] = Field(
+        None, description="advantages divided by the rewards' std over the group, the batch, or none; default: none "
+                          "for dr_grpo (its paper), else group")
+    epsilon: Optional[float] = Field(None, gt=0, le=10, description="clipping range of the importance ratio (lower "
+                                     "side); default 0.2, gspo 3e-4 (its paper)")
+    epsilon_high: Optional[float] = Field(None, gt=0, le=100, description="upper clipping range (DAPO's clip-higher: "
+                                          "0.28; cispo: its ε_max, e.g. 5.0); default: epsilon, gspo 4e-4")
+    mask_truncated_completions: bool = Field(False, description="leave completions cut at max_completion_length out "
+                                             "of the loss (DAPO)")
     use_vllm: bool = Field(False, description="rollouts with TRL's vLLM colocate mode (CUDA with vllm installed)")
     learning_rate: float = Field(1e-5, gt=0, lt=1)
     epochs: float = Field(1, gt=0, le=100_000)
@@ -329,6 +410,25 @@ class GrpoStep(TrainBase):
             raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be a multiple "
                              f"of num_generations ({self.num_generations}): each batch holds whole groups")
         return self
+
+
+class GkdStep(TrainBase):
+    """knowledge distillation from a teacher model (GKD: on-policy, generalized JSD)"""
+
+    teacher: str = Field(..., min_length=1, description="the teacher: toy, a ModelScope id, hf:ORG/NAME, a local dir "
+                         "or an artifact dir (its adapters merged); it must share the student's tokenizer")
+    lmbda: float = Field(0.5, ge=0, le=1, description="share of steps trained on the student's own sampled answers "
+                         "(on-policy); the others train on the dataset's replies")
+    beta: float = Field(0.5, ge=0, le=1, description="generalized JSD between teacher and student: 0 = forward KL "
+                        "(teacher || student), 1 = reverse KL, 0.5 = JSD")
+    temperature: float = Field(0.9, gt=0, le=10, description="sampling temperature of the generated answers")
+    seq_kd: bool = Field(False, description="sequence-level KD: off-policy steps train on the teacher's own sampled "
+                         "answers instead of the dataset's replies")
+    max_new_tokens: int = Field(128, ge=1, le=10**6, description="tokens sampled per answer (the student's on-policy, "
+                                "the teacher's with seq_kd)")
+    probe_rows: int = Field(16, ge=0, le=10_000, description="rows (eval_dataset's, else the dataset's first) on "
+                            "which KL(teacher || student) is measured before and after (0: not measured)")
+    epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
 class EvalStep(StepBase):
@@ -558,11 +658,18 @@ class ServeStep(StepBase):
                                              "vLLM when adapters are given")
     adapter_root: Optional[list[str]] = Field(None, description="directories runtime adapters may be loaded from "
                                               "(repeatable; default: runs)")
-    max_lora_rank: Optional[int] = Field(None, ge=1, le=512, description="vLLM: the largest LoRA rank it can load "
-                                         "(default: 64 with runtime adapters, else the adapters' own)")
+    max_lora_rank: Optional[int] = Field(None, ge=1, le=512, description="the largest LoRA rank a runtime adapter may "
+                                         "have; vLLM: the largest it can load (default: 64 with runtime adapters, "
+                                         "else the adapters' own); built-in: default 512")
+    max_loaded_adapters: int = Field(16, ge=1, le=1024, description="runtime adapters loaded at once; past it a load "
+                                     "gets 429 until one is unloaded")
+    max_adapter_memory_mb: int = Field(4096, ge=1, le=10**7, description="memory runtime adapters may take together "
+                                       "(their LoRA matrices at 4 bytes a value); past it a load is refused")
     max_loras: Optional[int] = Field(None, ge=1, le=1024, description="vLLM: adapters in one batch (default: the "
                                      "adapters given, at least 4 with runtime adapters)")
     metrics_public: bool = Field(False, description="serve /metrics without the API key (for a Prometheus scraper)")
+    trust_request_chat_template: bool = Field(False, description="let clients send their own chat template "
+                                              "(chat_template, chat_template_kwargs.chat_template); off: 400")
     served_model_name: Optional[str] = None
     max_model_len: Optional[int] = Field(None, ge=16, le=10**7)
     max_batch_size: int = Field(8, ge=1, le=4096, description="built-in engine: concurrent sequences")
@@ -613,6 +720,9 @@ class ChatStep(StepBase):
         return _parse_pairs(value)
 
 
+# transformers' reporting integrations (integrations.INTEGRATION_TO_CALLBACK; tests/test_train_tracking.py checks them)
+REPORT_TO = ("tensorboard", "wandb", "swanlab", "mlflow", "trackio", "comet_ml", "neptune", "clearml", "dvclive",
+             "azure_ml", "dagshub", "codecarbon", "flyte", "kubeflow")
 STREAMING_STEPS = ("sft", "pt")      # the training steps that read their dataset lazily (streaming: true)
 DEEPSPEED_PRESETS = ("zero2", "zero3", "zero3_offload")
 # transformers' FSDPOption values
@@ -651,6 +761,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {
     "simpo": SimpoStep,
     "rm": RmStep,
     "grpo": GrpoStep,
+    "gkd": GkdStep,
     "eval": EvalStep,
     "merge": MergeStep,
     "quantize": QuantizeStep,

@@ -43,6 +43,9 @@ def test_trl_experimental_trainers_are_where_orpo_and_simpo_import_them(name):
     assert {"beta", "max_length"} <= fields                       # what swiftbox/pipelines/{orpo,simpo}.py set
     if name == "cpo":
         assert {"loss_type", "simpo_gamma", "cpo_alpha"} <= fields
+    if name == "gkd":                                            # what swiftbox/pipelines/gkd.py sets
+        assert {"lmbda", "seq_kd", "temperature", "max_new_tokens", "disable_dropout"} <= fields
+        assert {"teacher_model", "data_collator"} <= set(inspect.signature(trainer).parameters)
 
 
 def test_trl_experimental_move_is_one_line_error(monkeypatch):
@@ -219,3 +222,25 @@ except NotImplementedError:
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_chat_template_output_cap_reaches_transformers_rendering():
+    """transformers renders chat templates with the jinja Template its `_compile_jinja_template` caches, through
+    `Template.render` -> `environment.concat`: while the cap is on, a template that prints 100 KB stops at the cap;
+    outside it, the same compiled template renders whole (the join behaves as "".join)."""
+    from transformers import AutoTokenizer
+    from transformers.utils import chat_template_utils
+
+    from swiftbox.modeling.toy import toy_path
+
+    assert callable(getattr(chat_template_utils, "_compile_jinja_template", None)), \
+        f"transformers {compat.CHECKED_AGAINST['transformers']} had chat_template_utils._compile_jinja_template"
+    tokenizer = AutoTokenizer.from_pretrained(toy_path())
+    bomb = "{% for i in range(1000) %}{{ 'x' * 100 }}{% endfor %}"
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(compat.TemplateOutputTooLong), compat.chat_template_output_capped([bomb], 500):
+        tokenizer.apply_chat_template(messages, chat_template=bomb, tokenize=False)
+    assert len(tokenizer.apply_chat_template(messages, chat_template=bomb, tokenize=False)) == 100_000
+    with compat.chat_template_output_capped([tokenizer.chat_template], 10_000):   # a normal prompt: unchanged
+        capped = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert capped == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

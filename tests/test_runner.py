@@ -142,7 +142,7 @@ def test_every_step_kind_has_its_pipeline(kind):
     pipeline = load_pipeline(kind)
     assert pipeline.kind == kind and pipeline.schema is STEP_TYPES[kind]
     assert pipeline.produces_model == (kind in ("download", "sft", "pt", "dpo", "kto", "orpo", "simpo", "merge",
-                                               "quantize", "grpo"))
+                                               "quantize", "grpo", "gkd"))
 
 
 def test_qlora_is_refused_before_the_output_exists(tmp_path):

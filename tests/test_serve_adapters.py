@@ -287,6 +287,21 @@ def test_vllm_runtime_adapters_through_the_front_door(setup, toy_dir, tmp_path):
         (wide / "adapter_config.json").write_text(json.dumps({**config, "r": 128}))
         r = post(server, "/v1/load_lora_adapter", lora_name="wide", lora_path=str(wide))
         assert r.status_code == 400 and "max_lora_rank 64" in r.json()["error"]["message"]
+        for name, change in (("pissa", {"init_lora_weights": "pissa"}),
+                             ("replicated", {"layer_replication": [[0, 2]]})):
+            hostile = root / f"vllm-{name}"        # the same checks as the built-in engine, before vLLM sees it
+            shutil.copytree(good, hostile)
+            (hostile / "adapter_config.json").write_text(json.dumps({**config, **change}))
+            r = post(server, "/v1/load_lora_adapter", lora_name=name, lora_path=str(hostile))
+            assert r.status_code == 400 and next(iter(change)) in r.json()["error"]["message"], r.text
+        nan = root / "vllm-nan"
+        shutil.copytree(good, nan)
+        from safetensors.torch import load_file, save_file
+
+        save_file({k: v.fill_(float("nan")) for k, v in load_file(good / "adapter_model.safetensors").items()},
+                  nan / "adapter_model.safetensors")
+        r = post(server, "/v1/load_lora_adapter", lora_name="nan", lora_path=str(nan))
+        assert r.status_code == 400 and "finite" in r.json()["error"]["message"], r.text
         r = post(server, "/v1/load_lora_adapter", lora_name="far", lora_path=str(outside / "elsewhere"))
         assert r.status_code == 403
         assert post(server, "/v1/load_lora_adapter", lora_name="tuned", lora_path=str(good)).status_code == 400

@@ -46,6 +46,7 @@ def test_plan_flags(tmp_path):
     assert "--api-key" not in argv and p.internal_key not in " ".join(argv)   # argv shows in `ps`
     assert p.env["VLLM_API_KEY"] == p.internal_key != "outer"  # the outer key never reaches the child
     assert "--enable-lora" in argv and "--trust-remote-code" in argv and "--max-num-seqs" not in argv
+    assert "--trust-request-chat-template" not in argv and not p.trust_request_chat_template   # off by default
     i = argv.index("--lora-modules")
     assert argv[i + 1:i + 3] == [f"a={loras['a']}", f"b={loras['b']}"]
     # adapters given: runtime adapters on by default, room for more adapters and ranks up to 64
@@ -60,6 +61,9 @@ def test_plan_flags(tmp_path):
     asked = plan(ServeStep(engine="vllm", runtime_adapters=True, max_lora_rank=100), CudaPlatform(), model_path="/m",
                  base_name="base", loras={}, dtype="bfloat16", port=1, executable=["vllm"])
     assert "--enable-lora" in asked.argv and "--lora-modules" not in asked.argv
+    trusting = plan(ServeStep(engine="vllm", trust_request_chat_template=True), CudaPlatform(), model_path="/m",
+                    base_name="base", loras={}, dtype="bfloat16", port=1, executable=["vllm"])
+    assert "--trust-request-chat-template" in trusting.argv and trusting.trust_request_chat_template
     assert _flag(asked.argv, "--max-lora-rank") == "128" and asked.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
@@ -177,6 +181,12 @@ def test_front_door_proxies_a_vllm_child(tmp_path):
             client.chat.completions.create(model="zzz", messages=[{"role": "user", "content": "hi"}])
         with pytest.raises(openai.UnprocessableEntityError):
             client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], temperature=9)
+        for extra, code in (({"chat_template_kwargs": {"tokenize": True}}, "invalid_chat_template_kwargs"),
+                            ({"chat_template": "{{ 'x' * 1000 }}"}, "chat_template_not_allowed")):
+            with pytest.raises(openai.BadRequestError) as refused:    # checked at the front door, never relayed
+                client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}],
+                                               extra_body=extra)
+            assert refused.value.body["code"] == code
         bad = openai.OpenAI(base_url=server.url + "/v1", api_key=p.internal_key, max_retries=0)
         with pytest.raises(openai.AuthenticationError):  # the child's key is not a key to the front door
             bad.models.list()

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from swiftbox.compat import TemplateOutputTooLong
 from swiftbox.data import dialect
 from swiftbox.errors import UserError
 
@@ -62,6 +63,8 @@ def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, gen
     msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
     try:
         return dialect.apply(tokenizer, msgs, tools, kwargs)
+    except TemplateOutputTooLong:      # the server's cap on the rendering (compat.chat_template_output_capped)
+        raise
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
         reason = str(first).splitlines()[0] if str(first) else type(first).__name__
         raise UserError(f"the chat template of {template_name(tokenizer)} rejected a conversation ({reason}); "

@@ -21,11 +21,48 @@ from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.rewards import check_spec, parse_spec
 
 CURVE_KEYS = ("reward", "accuracy", "kl", "completions/mean_length")
+# loss_type -> (TRL loss_type, importance_sampling_level); gspo and luspo weigh whole sequences
+TRL_LOSS = {"gspo": ("grpo", "sequence"), "luspo": ("luspo", "sequence")}
+
+
+def loss_settings(cfg: GrpoStep) -> dict:
+    """The GRPOConfig fields `loss_type` and its knobs stand for (what the manifest records as `grpo_loss`)."""
+    loss, level = TRL_LOSS.get(cfg.loss_type, (cfg.loss_type, "token"))
+    gspo = cfg.loss_type == "gspo"
+    epsilon = cfg.epsilon if cfg.epsilon is not None else (3e-4 if gspo else 0.2)
+    high = cfg.epsilon_high if cfg.epsilon_high is not None else (4e-4 if gspo and cfg.epsilon is None else None)
+    scale = cfg.scale_rewards or ("none" if cfg.loss_type == "dr_grpo" else "group")
+    return {"loss_type": loss, "importance_sampling_level": level, "epsilon": epsilon, "epsilon_high": high,
+            "scale_rewards": scale, "mask_truncated_completions": cfg.mask_truncated_completions}
+
+
+def trl_loss_types() -> set[str]:
+    """The loss types the installed TRL's GRPOConfig documents ("Supported values are 'grpo', 'dr_grpo', ...")."""
+    import re
+
+    from trl import GRPOConfig
+
+    text = GRPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
+    listed = text.split("Supported values are", 1)[1].split(". ", 1)[0] if "Supported values are" in text else ""
+    return set(re.findall(r"'(\w+)'", listed))
 
 
 def check(cfg: GrpoStep, platform: Platform) -> None:
     for text in cfg.rewards:
         check_spec(parse_spec(text))
+    loss = loss_settings(cfg)["loss_type"]
+    offered = trl_loss_types()
+    if offered and loss not in offered:
+        from swiftbox.errors import Unsupported
+        from swiftbox.versions import package_version
+
+        raise Unsupported(f"grpo.loss_type {cfg.loss_type}: the installed TRL {package_version('trl')} has no "
+                          f"{loss} loss (it offers {', '.join(sorted(offered))}); upgrade trl or pick one of those")
+    if cfg.epsilon_high is not None and cfg.epsilon_high < loss_settings(cfg)["epsilon"] and loss != "cispo":
+        from swiftbox.errors import UserError
+
+        raise UserError(f"grpo.epsilon_high {cfg.epsilon_high} is below epsilon {loss_settings(cfg)['epsilon']}; the "
+                        "upper clipping range is at least the lower one (DAPO's clip-higher: 0.28 over 0.2)")
     if cfg.use_vllm:
         platform.require("vllm-colocate")
     check_training(cfg, platform)
@@ -70,7 +107,7 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
     common = {**common_args(cfg, ctx, dtype, ckpt_dir), "include_num_input_tokens_seen": False}  # TRL counts them
     args = GRPOConfig(**common, num_generations=cfg.num_generations,
                       max_completion_length=cfg.max_completion_length, beta=cfg.beta, temperature=cfg.temperature,
-                      top_p=cfg.top_p, loss_type=cfg.loss_type, reward_weights=cfg.reward_weights,
+                      top_p=cfg.top_p, **loss_settings(cfg), reward_weights=cfg.reward_weights,
                       use_vllm=cfg.use_vllm, vllm_mode="colocate", log_completions=False, shuffle_dataset=True)
     trainer = GRPOTrainer(model=tm.model, reward_funcs=reward_funcs, args=args, processing_class=tm.tokenizer,
                           train_dataset=Dataset.from_list(prompts),
@@ -105,6 +142,7 @@ def run(cfg: GrpoStep, ctx: StepContext) -> StepResult:
         if curves.plot(history, ctx.work_dir / "loss.png", CURVE_KEYS, f"grpo {cfg.method} (beta {cfg.beta})"):
             metrics["reward_curve"] = "loss.png"
     result = step_result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, history)
+    result.info["grpo_loss"] = loss_settings(cfg)
     result.info["rewards"] = [{"spec": s, "weight": w} for s, w in
                               zip(cfg.rewards, cfg.reward_weights or [1.0] * len(cfg.rewards))]
     if not any(r is not None for r in references):

@@ -69,6 +69,9 @@ def run(cfg: PtStep, ctx: StepContext) -> StepResult:
         if not train:
             raise UserError(f"dataset {cfg.dataset}: no text left to train on after the {skip} held-out document(s)")
 
+    from swiftbox.training.lora_init import maybe_eva
+
+    maybe_eva(cfg, tm, make if cfg.streaming else lambda: train, log)
     before = _perplexity(perplexity, tm, heldout)
     ckpt_dir = ctx.work_dir / "checkpoints"
     trainer = make_trainer(cfg, ctx, dtype, tm.model, tm.tokenizer, train, None, ckpt_dir,

@@ -58,6 +58,10 @@ def run(cfg: SftStep, ctx: StepContext) -> StepResult:
         log(f"sft: {counts.truncated} row(s) truncated from the left to max_length {cfg.max_length} (system prompt and "
             f"reply kept), {counts.dropped} dropped (reply alone longer than max_length)")
     evals = data.tokenize_sft(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
+    from swiftbox.training.lora_init import maybe_eva
+
+    maybe_eva(cfg, tm, lambda: data.stream_sft(cfg.dataset, tm.tokenizer, cfg.max_length, counts=data.Counts(),
+                                               max_row_chars=cfg.max_row_chars) if cfg.streaming else train, log)
 
     from swiftbox.training.arguments import describe_batching
 

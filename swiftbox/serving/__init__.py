@@ -13,7 +13,9 @@ protocol module, the logic behind one typed engine seam.
                    prefill.py, sampling.py, adapter_slots.py, textstream.py, logprobs.py
     vllm/          the vLLM engine: plan.py (the `vllm serve` command), child.py (child process + relay)
     fit.py         engine fit: which adapters and quantization formats each engine serves here
-    adapters.py    runtime LoRA adapter policy (roots, base model, engine fit)
+    adapters.py    runtime LoRA adapter policy (roots, base model identity, engine fit, count/memory caps)
+    adapter_check.py   a runtime adapter is a plain LoRA delta: its config, weights and module patterns
+    template_kwargs.py the chat_template_kwargs allow-list; client chat templates (--trust-request-chat-template)
     metrics.py     /metrics (Prometheus)     toolcalls.py   tool calls / reasoning out of an answer
     server.py      uvicorn on a bound socket  smoke.py      one question through the openai client
     remote.py      a client for a running server's adapter routes (chat --url, the menu)

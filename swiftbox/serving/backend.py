@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.metrics import EngineStats, ServeMetrics
     from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
@@ -22,7 +23,8 @@ class Backend(Protocol):
     name: str                                    # "builtin" | "vllm": /health and the step's manifest say it
     runtime_adapters: Optional[AdapterPolicy]     # None: /v1/load_lora_adapter answers 403 (set by open_backend)
     observer: Optional[ServeMetrics]              # the app's metrics, set by build_app; the engine reports tokens
-    max_lora_rank: Optional[int]                  # the rank limit runtime adapters are checked against (vLLM's)
+    max_lora_rank: Optional[int]                  # the rank limit runtime adapters are checked against
+    trust_request_chat_template: bool             # clients may send their own chat template (template_kwargs.py)
 
     def model_names(self) -> list[str]:
         """The base model first, then every adapter served now (they change with runtime loads)."""
@@ -54,8 +56,9 @@ class Backend(Protocol):
         """The prompt tokens `req` would take (its messages and tools through the chat template)."""
         ...
 
-    async def load_adapter(self, name: str, path: str) -> None:
-        """Load a LoRA adapter that AdapterPolicy.inspect accepted; ApiError (4xx) when the engine refuses it."""
+    async def load_adapter(self, name: str, adapter: CheckedAdapter) -> None:
+        """Load a LoRA adapter that AdapterPolicy.inspect accepted (the built-in engine builds it from the checked
+        tensors; vLLM reads `adapter.path`); ApiError (4xx) when the engine refuses it."""
         ...
 
     async def unload_adapter(self, name: str) -> None: ...

@@ -19,6 +19,15 @@ from swiftbox import quant_methods
 
 ENGINES = ("builtin", "vllm")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # vLLM's accepted --max-lora-rank values
+BUILTIN_MAX_LORA_RANK = 512     # the built-in engine's cap on runtime adapters (vLLM's largest max_lora_rank)
+# PEFT init_lora_weights values whose initialisation subtracts the adapter's start from the base weights
+# (peft/tuners/lora/layer.py: pissa_init, olora_init, corda_init, loftq_init, lora_ga_init): the trained adapter is
+# a delta on that rewritten base until save_pretrained(path_initial_model_for_weight_conversion=...) converts it
+BASE_REWRITING_PREFIXES = ("pissa", "olora", "corda", "loftq", "lora_ga")
+# the other inits leave the base alone: their trained adapter is a plain delta on the untouched base
+PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica")
+CONVERT_HINT = ("convert it to a plain LoRA with PEFT (model.save_pretrained(out, "
+                "path_initial_model_for_weight_conversion=<the adapter saved before training>))")
 NOT_LINEAR = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out")
 
 
@@ -29,6 +38,21 @@ def _read_config(adapter: Path) -> dict | str:
     except (OSError, ValueError, RecursionError) as exc:
         return f"adapter_config.json unreadable ({' '.join(str(exc).split())[:120]})"
     return config if isinstance(config, dict) else "adapter_config.json is not a JSON object"
+
+
+def rewrites_base(init: Any) -> bool:
+    return isinstance(init, str) and init.lower().startswith(BASE_REWRITING_PREFIXES)
+
+
+def init_problem(config: dict) -> Optional[str]:
+    """Why `init_lora_weights` makes this adapter something other than a plain delta on its base (None: it does not)."""
+    init = config.get("init_lora_weights", True)
+    if rewrites_base(init):
+        return (f"init_lora_weights {init!r} rewrote the base weights while training, so this adapter is a delta on "
+                f"that rewritten base, not on the base it names; {CONVERT_HINT}")
+    if not (isinstance(init, bool) or init in PLAIN_INITS):
+        return f"init_lora_weights {str(init)[:80]!r} is not one PEFT knows"
+    return None
 
 
 def architecture_problems(config: dict) -> list[str]:

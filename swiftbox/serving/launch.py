@@ -153,7 +153,7 @@ def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platf
     from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.serving.builtin.backend import BuiltinBackend
     from swiftbox.serving.builtin.engine import BuiltinEngine
-    from swiftbox.serving.fit import adapter_problems_for_builtin
+    from swiftbox.serving.fit import BUILTIN_MAX_LORA_RANK, adapter_problems_for_builtin
 
     extra = {k: v for k, v in names.loras.items() if not (spec.adapters and k == names.primary)}
     for name, path in extra.items():   # before the model loads: a refusal costs nothing
@@ -180,7 +180,10 @@ def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platf
     engine.start()
     log(f"built-in engine: {names.base} + {len(names.loras)} adapter(s), {dtype}, batch {cfg.max_batch_size}, "
         f"context {limit}, prefill chunk {cfg.prefill_chunk}")
-    return BuiltinBackend(engine, tokenizer, max_model_len=limit), names, engine.shutdown
+    backend = BuiltinBackend(engine, tokenizer, max_model_len=limit,
+                             trust_request_chat_template=cfg.trust_request_chat_template)
+    backend.max_lora_rank = cfg.max_lora_rank or BUILTIN_MAX_LORA_RANK
+    return backend, names, engine.shutdown
 
 
 def preset_for(ref: str, spec: ModelSpec) -> Optional[Preset]:

@@ -139,8 +139,23 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None     # vLLM's extension, e.g. {"enable_thinking": false}
+    chat_template: Optional[str] = None       # vLLM's: a client's template (needs --trust-request-chat-template)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _template_fields(cls, data: Any) -> Any:
+        """chat_template_kwargs against the allow-list (template_kwargs.py): a 400 naming the key, never a 500."""
+        if isinstance(data, dict):
+            from swiftbox.serving.template_kwargs import MAX_TEMPLATE_CHARS, check_kwargs
+
+            check_kwargs(data.get("chat_template_kwargs"))
+            template = data.get("chat_template")
+            if template is not None and not (isinstance(template, str) and len(template) <= MAX_TEMPLATE_CHARS):
+                raise ApiError(400, f"chat_template: expected a template string of at most {MAX_TEMPLATE_CHARS} "
+                                    "characters", param="chat_template", code="invalid_value")
+        return data
 
     @field_validator("tools")
     @classmethod

@@ -44,6 +44,9 @@ def describe_batching(cfg, platform, model_type: str = "") -> str:
 
 
 def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
+    from swiftbox.training import tracking
+
+    tracking.offline_defaults(cfg, checkpoints.parent)          # the step's work dir
     return dict(
         output_dir=str(checkpoints),
         num_train_epochs=cfg.epochs,
@@ -65,7 +68,8 @@ def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         logging_nan_inf_filter=False,           # a NaN loss must show (callbacks.FiniteLoss stops the run on it)
-        report_to="none",
+        report_to=tracking.report_to(cfg),     # trackers through transformers' integrations (TensorBoard: ours)
+        run_name=f"{getattr(ctx, 'recipe', 'swiftbox')}/{getattr(ctx, 'kind', 'train')}",   # trackers' run name
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,

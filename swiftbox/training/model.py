@@ -36,6 +36,7 @@ class TrainModel:
     base_ref: str              # what the trained adapter sits on (for its manifest)
     continued: Optional[str]   # the adapter artifact training continues from, if any
     save_dtype: Optional[str] = None   # full fine-tuning: cast the float32 master weights back to this to save
+    initial_adapter: Optional[dict] = None   # PiSSA / OLoRA: the adapter's start, for the conversion when saving
 
 
 def dtype_plan(cfg: TrainBase, ctx):
@@ -48,10 +49,14 @@ def dtype_plan(cfg: TrainBase, ctx):
 
 def check_training(cfg: TrainBase, platform: Platform) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
-    naming LoRA) and the distributed combinations known not to work, before any output or torchrun start."""
+    naming LoRA), the distributed combinations known not to work and trackers not installed (report_to), before any
+    output or torchrun start."""
+    from swiftbox.training import tracking
+
     if cfg.method == "qlora":
         platform.require("qlora-bnb")
     check_distributed(cfg, platform)
+    tracking.check(cfg, platform)
 
 
 def quantization_config(cfg, dtype: str, platform):
@@ -69,9 +74,12 @@ def quantization_config(cfg, dtype: str, platform):
 def lora_config(cfg, task_type: str = "CAUSAL_LM"):
     from peft import LoraConfig
 
+    from swiftbox.training.lora_init import peft_kwargs
+
     targets = cfg.lora.targets
     return LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                      target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type)
+                      target_modules=targets, use_dora=cfg.method == "dora", task_type=task_type,
+                      **peft_kwargs(cfg.lora))
 
 
 def config_model_type(base) -> str:
@@ -149,16 +157,27 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
         if keep_last:
             continued = str(adapters[-1])
             base_ref = adapter_base_ref(adapters[-1])
+    initial = None
+    if continued is not None and (cfg.lora.init != "default" or cfg.lora.use_rslora):
+        what = f"lora.init {cfg.lora.init}" if cfg.lora.init != "default" else "lora.use_rslora"
+        raise UserError(f"{what}: the input {ref} is an adapter, which this step trains further as it is; a new "
+                        "initialisation applies to a fresh adapter on a base model (drop it, or start from the base)")
     if cfg.method != "full" and continued is None:
         from peft import get_peft_model
         from transformers import set_seed
 
+        from swiftbox import logs
+        from swiftbox.training.lora_init import snapshot
+
         set_seed(cfg.seed)            # the adapter's initial weights follow the step's seed, not earlier steps
 
         try:
-            model = get_peft_model(model, lora_config(cfg, "SEQ_CLS" if reward_head else "CAUSAL_LM"))
+            with logs.captured(f"LoRA init {cfg.lora.init}"):
+                model = get_peft_model(model, lora_config(cfg, "SEQ_CLS" if reward_head else "CAUSAL_LM"),
+                                       low_cpu_mem_usage=cfg.lora.init == "eva")   # EVA makes the weights
         except ValueError as exc:  # PEFT's refusal of the settings, e.g. target modules the model does not have
             raise UserError(f"lora.targets {cfg.lora.targets!r}: {' '.join(str(exc).split())[:300]}") from None
+        initial = snapshot(model, cfg.lora)
     # No KV cache while training: besides wasting memory, a cache makes transformers skip the packed-sequence
     # detection from position_ids, and padding-free batches would then attend across sample boundaries.
     model.config.use_cache = False
@@ -167,7 +186,7 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     return TrainModel(model=model, tokenizer=tokenizer, spec=spec, base_ref=base_ref, continued=continued,
-                      save_dtype=dtype if master else None)
+                      save_dtype=dtype if master else None, initial_adapter=initial)
 
 
 def trainable_parameters(model) -> tuple[int, int]:

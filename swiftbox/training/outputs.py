@@ -11,7 +11,8 @@ def log(msg: str) -> None:
 
 def save_artifact(trainer, tm, ctx, selected):
     """Adapter (or full model) + tokenizer into the work dir, safetensors only (the runner removes the
-    checkpoints once the output is committed).
+    checkpoints once the output is committed). A PiSSA / OLoRA adapter is saved converted to a plain LoRA, an rsLoRA
+    one with its scaling stated the plain way (training/lora_init.py).
 
     Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
     `trainer.save_model`; only rank 0 writes files.
@@ -24,14 +25,16 @@ def save_artifact(trainer, tm, ctx, selected):
         from swiftbox.modeling.loading import torch_dtype
 
         model.to(torch_dtype(tm.save_dtype))
+    from swiftbox.training import lora_init
+
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
-        trainer.save_model(str(ctx.work_dir))
+        trainer.save_model(str(ctx.work_dir))     # (PiSSA / OLoRA are refused with sharding: steps.TrainBase)
+        if is_main_process():
+            lora_init.plain_scaling(ctx.work_dir)
     elif not is_main_process():
         return
-    elif selected is not None:
-        model.save_pretrained(str(ctx.work_dir), selected_adapters=selected, safe_serialization=True)
     else:
-        model.save_pretrained(str(ctx.work_dir), safe_serialization=True)
+        lora_init.save(model, ctx.work_dir, selected, getattr(tm, "initial_adapter", None))
     if is_main_process():
         tm.tokenizer.save_pretrained(str(ctx.work_dir))
         # the checkpoints stay until the runner has committed the output (a kill before that resumes from them)

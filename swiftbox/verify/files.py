@@ -12,22 +12,15 @@ import json
 import math
 from pathlib import Path
 
+from swiftbox.serving.fit import init_problem, rewrites_base
 from swiftbox.verify.report import Report
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
-# PEFT init_lora_weights values whose initialisation subtracts the adapter's start from the base weights
-# (peft/tuners/lora/layer.py: pissa_init, olora_init, corda_init, loftq_init, lora_ga_init): the trained adapter is
-# a delta on that rewritten base until save_pretrained(path_initial_model_for_weight_conversion=...) converts it
-BASE_REWRITING_PREFIXES = ("pissa", "olora", "corda", "loftq", "lora_ga")
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
     return " ".join(str(exc).split())[:limit] or type(exc).__name__
-
-
-def rewrites_base(init) -> bool:
-    return isinstance(init, str) and init.lower().startswith(BASE_REWRITING_PREFIXES)
 
 
 def check_adapter(report: Report, label: str, folder: Path) -> bool:
@@ -67,14 +60,10 @@ def _config_problems(config: dict) -> list[str]:
         problems.append(f"r {r!r} is not a positive integer")
     if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha)):
         problems.append(f"lora_alpha {alpha!r} is not a finite number")
-    init = config.get("init_lora_weights", True)
-    if rewrites_base(init):
-        problems.append(f"init_lora_weights {init!r} rewrote the base weights while training, so this adapter is a "
-                        "delta on that rewritten base, not on the base it names; convert it to a plain LoRA with PEFT "
-                        "(model.save_pretrained(out, path_initial_model_for_weight_conversion=<the adapter saved "
-                        "before training>)) and verify the converted one")
-    elif not (isinstance(init, bool) or init in ("gaussian", "eva", "orthogonal", "mica")):
-        problems.append(f"init_lora_weights {init!r} is not one PEFT knows")
+    init = init_problem(config)
+    if init:
+        problems.append(init + (" and verify the converted one" if rewrites_base(config.get("init_lora_weights"))
+                                else ""))
     return problems
 
 

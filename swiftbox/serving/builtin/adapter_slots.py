@@ -4,8 +4,10 @@ The model is only ever changed on the engine's own thread, between steps (`apply
 an adapter half-loaded. Each adapter gets its own PEFT name (`swiftbox_lora_N`), separate from the name
 clients use, so a name can be unloaded and loaded again while requests on the old weights still run:
 
-- load: the name is reserved at once (a second load of it is refused), PEFT's `load_adapter` runs on the
-  engine's thread; the name is served only once its weights are in.
+- load: the name is reserved at once (a second load of it is refused); on the engine's thread PEFT adds a LoRA
+  adapter built from the checked options and fills it with the checked tensors (adapter_check.py's
+  CheckedAdapter: never the files again, no initialisation that reads the base, no key that is not the new
+  adapter's own LoRA matrix); the name is served only once its weights are in. A failed load is undone.
 - unload: the name stops being served at once (new requests get 404); the weights are deleted once no
   running or waiting sequence uses them, so requests in flight finish on the adapter they started with.
 """
@@ -36,7 +38,7 @@ class AdapterSlots:
         self._loaded: set[str] = set(static)                             # PEFT adapter names in the model
         self._doomed: set[str] = set()                                   # unloaded, deleted once unused
         self._reserved: set[str] = set()                                 # client names being loaded
-        self._loads: collections.deque[tuple[str, str, str, Future]] = collections.deque()
+        self._loads: collections.deque[tuple[str, str, Any, Future]] = collections.deque()
         self._ids = itertools.count(1)
 
     # -- any thread -------------------------------------------------------------------------
@@ -57,14 +59,15 @@ class AdapterSlots:
         with self._lock:
             return name in self._served or name in self._reserved
 
-    def request_load(self, name: str, path: str) -> Future:
-        """Queue a load; the future ends when the engine's thread has loaded it (or raises AdapterLoadError)."""
+    def request_load(self, name: str, checked: Any) -> Future:
+        """Queue a load of a CheckedAdapter; the future ends when the engine's thread has loaded it (or raises
+        AdapterLoadError)."""
         future: Future = Future()
         with self._lock:
             if name in self._served or name in self._reserved:
                 raise ValueError(f"the lora adapter '{name}' has already been loaded")
             self._reserved.add(name)
-            self._loads.append((name, f"swiftbox_lora_{next(self._ids)}", path, future))
+            self._loads.append((name, f"swiftbox_lora_{next(self._ids)}", checked, future))
         return future
 
     def request_unload(self, name: str) -> None:
@@ -95,9 +98,9 @@ class AdapterSlots:
             with self._lock:
                 if not self._loads:
                     break
-                name, adapter, path, future = self._loads.popleft()
+                name, adapter, checked, future = self._loads.popleft()
             try:
-                model = _load(model, adapter, path)
+                model = _load(model, adapter, checked)
             except Exception as exc:  # noqa: BLE001 - PEFT/torch raise many types; the model is restored
                 with self._lock:
                     self._reserved.discard(name)
@@ -108,34 +111,57 @@ class AdapterSlots:
                 self._reserved.discard(name)
                 self._loaded.add(adapter)
                 self._served[name] = adapter
-            log.info("lora adapter %s loaded as %s from %s", name, adapter, path)
+            log.info("lora adapter %s loaded as %s from %s", name, adapter, checked.path)
             future.set_result(None)
         return model
 
 
-def _load(model: Any, adapter: str, path: str) -> Any:
-    from peft import PeftConfig, PeftModel
+def _load(model: Any, adapter: str, checked: Any) -> Any:
+    """`model` with `checked` added as PEFT adapter `adapter`: a LoRA built from the checked options (plain
+    initialisation, overwritten at once), its matrices set from the checked tensors. Only keys of the new adapter's
+    own LoRA matrices may load: a missing or unexpected one undoes the load, so the model is left as it was."""
+    from peft import LoraConfig, PeftModel, set_peft_model_state_dict
 
-    if hasattr(model, "peft_config"):
-        try:
-            model.load_adapter(path, adapter_name=adapter)
-        except Exception:
-            if adapter in model.peft_config:
-                model.delete_adapter(adapter)
-            raise
-        model.eval()
-        return model
-    # a plain model: wrap it first, so a failed load can be undone with unload() (from_pretrained would leave
-    # the injected layers behind in the caller's model)
-    config = PeftConfig.from_pretrained(path)
-    wrapped = PeftModel(model, config, adapter_name=adapter)
+    config = LoraConfig(**checked.options)
+    wrapped = hasattr(model, "peft_config")
     try:
-        wrapped.load_adapter(path, adapter_name=adapter)
+        if wrapped:
+            model.add_adapter(adapter, config)
+            peft = model
+        else:   # a plain model: wrap it, so a failed load can be undone with unload()
+            peft = PeftModel(model, config, adapter_name=adapter)
     except Exception:
-        wrapped.unload()
+        if wrapped and adapter in model.peft_config:
+            model.delete_adapter(adapter)
+        elif not wrapped:
+            _strip_lora(model)      # layers injected before PEFT gave up
         raise
-    wrapped.eval()  # LoRA dropout off
-    return wrapped
+    try:
+        result = set_peft_model_state_dict(peft, checked.tensors, adapter_name=adapter)
+        missing = [k for k in result.missing_keys if "lora_" in k and f".{adapter}" in k]
+        unexpected = list(result.unexpected_keys)
+        if missing or unexpected:
+            raise ValueError("the weights do not fit the adapter's modules (" +
+                             (f"no tensor for {missing[0]}" if missing else f"unexpected {unexpected[0]}") + ")")
+    except Exception:
+        if wrapped:
+            model.delete_adapter(adapter)
+        else:
+            peft.unload()
+        raise
+    peft.eval()  # LoRA dropout off
+    return peft
+
+
+def _strip_lora(model: Any) -> None:
+    """Put every LoRA layer's base layer back in its place (what PEFT injected before a failed wrap)."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, LoraLayer) and name:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, module.get_base_layer())
 
 
 def _delete(model: Any, adapter: str) -> Any:

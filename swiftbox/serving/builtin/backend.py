@@ -6,8 +6,9 @@ come back on an asyncio queue (logprobs, when asked, arrive just before their to
 them). A client that disconnects cancels its sequences, which frees their slots: mid-stream through the
 generator's `finally`, for a plain JSON answer by polling `request.is_disconnected()` while it waits.
 
-Prompts longer than `max_prompt_chars` are refused before tokenizing, and the chat template and tokenizer
-run in a worker thread, so one large prompt never stalls /health or the other streams.
+Prompts longer than `max_prompt_chars` are refused before tokenizing, the chat template's output is capped at the
+same bound while it renders, and the chat template and tokenizer run in a worker thread, so one large prompt never
+stalls /health or the other streams.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.builtin.engine import BuiltinEngine
     from swiftbox.serving.metrics import ServeMetrics
@@ -43,12 +45,13 @@ class BuiltinBackend:
     name = "builtin"
 
     def __init__(self, engine: BuiltinEngine, tokenizer: Any, *, max_model_len: int,
-                 max_prompt_chars: Optional[int] = None):
+                 max_prompt_chars: Optional[int] = None, trust_request_chat_template: bool = False):
         self.engine, self.tokenizer, self.max_model_len = engine, tokenizer, max_model_len
+        self.trust_request_chat_template = trust_request_chat_template
         self.max_prompt_chars = max_prompt_chars or max_model_len * CHARS_PER_TOKEN_BOUND
         self.runtime_adapters: Optional[AdapterPolicy] = None   # set by open_backend where clients may load adapters
         self.observer: Optional[ServeMetrics] = None            # the app's metrics (set by build_app)
-        self.max_lora_rank: Optional[int] = None                # PEFT takes any rank
+        self.max_lora_rank: Optional[int] = None                # the runtime rank cap (set by open_backend)
         self.thinking = "think>" in (getattr(tokenizer, "chat_template", None) or "")   # may answer <think>...</think>
 
     def model_names(self) -> list[str]:
@@ -78,9 +81,9 @@ class BuiltinBackend:
         return len(await asyncio.to_thread(self.chat_prompt, req))
 
     # -- runtime adapters -------------------------------------------------------------------
-    async def load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, adapter: CheckedAdapter) -> None:
         try:
-            future = self.engine.load_adapter(name, path)
+            future = self.engine.load_adapter(name, adapter)
         except ValueError as exc:   # loaded (or being loaded) already
             raise ApiError(400, str(exc), param="lora_name", code="adapter_exists") from None
         try:
@@ -97,8 +100,13 @@ class BuiltinBackend:
 
     # -- prompts ----------------------------------------------------------------------------
     def chat_prompt(self, req) -> list[int]:
+        """The prompt's ids. The template's output is capped at `max_prompt_chars` while it renders (a template
+        or a pile of tools that expands past what the context can take stops there, before any tokenizing)."""
+        from swiftbox.compat import TemplateOutputTooLong, chat_template_output_capped
+        from swiftbox.data import dialect
         from swiftbox.data.render import render
         from swiftbox.errors import UserError
+        from swiftbox.serving.template_kwargs import check_trusted, client_template
 
         messages = [m.for_template() for m in req.messages]
         choice = req.tool_choice
@@ -106,11 +114,35 @@ class BuiltinBackend:
             raise ApiError(400, "the built-in engine does not force tool calls (tool_choice 'required' or a named "
                                 "function); use tool_choice 'auto' or the vLLM engine", param="tool_choice")
         tools = req.tools if req.tools and choice != "none" else None
+        kwargs = dict(req.chat_template_kwargs or {})
+        own = client_template(getattr(req, "chat_template", None), kwargs)
+        check_trusted(getattr(req, "chat_template", None), kwargs, self.trust_request_chat_template)
+        kwargs.pop("chat_template", None)
+        if own is not None:
+            kwargs["chat_template"] = own
+        dialect.dialect(self.tokenizer)        # probed once, uncapped: how this template prints tools and reasoning
         try:
-            text = render(self.tokenizer, messages, tools, generation_prompt=True, **(req.chat_template_kwargs or {}))
+            with chat_template_output_capped(self.templates(own), self.max_prompt_chars):
+                text = render(self.tokenizer, messages, tools, generation_prompt=True, **kwargs)
+        except TemplateOutputTooLong:
+            text = None
         except UserError as exc:  # the template rejects the conversation (roles, order, ...)
             raise ApiError(400, self.public(str(exc)), param="messages", code="chat_template_error") from None
+        if text is None or len(text) > self.max_prompt_chars:
+            raise ApiError(400, f"the rendered prompt passed {self.max_prompt_chars} characters, more than this "
+                                f"server takes (a context of {self.max_model_len} tokens); it was stopped there",
+                           param="messages", code="context_length_exceeded")
         return self.encode(text, "messages", add_special_tokens=False)
+
+    def templates(self, own: Optional[str]) -> list[str]:
+        """The template sources a chat request may render with: the client's own, or the tokenizer's (a dict of
+        named templates on some tokenizers)."""
+        if own is not None:
+            return [own]
+        found = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(found, dict):
+            return [t for t in found.values() if isinstance(t, str)]
+        return [found] if isinstance(found, str) else []
 
     def answer_parser(self, req):
         """How to read tool calls / reasoning out of this request's answers (None: plain text)."""

@@ -193,9 +193,10 @@ class BuiltinEngine:
         """The PEFT adapter serving model `name` (None: the base model); KeyError when it is not served."""
         return None if name == self.base_name else self.slots.resolve(name)
 
-    def load_adapter(self, name: str, path: str):
-        """A concurrent Future, done once the engine's thread has loaded the adapter between two steps."""
-        future = self.slots.request_load(name, path)
+    def load_adapter(self, name: str, adapter: Any):
+        """A concurrent Future, done once the engine's thread has built the checked adapter (adapter_check.py's
+        CheckedAdapter) between two steps."""
+        future = self.slots.request_load(name, adapter)
         self._wake()
         return future
 

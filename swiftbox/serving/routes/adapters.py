@@ -1,6 +1,7 @@
 """POST /v1/load_lora_adapter {lora_name, lora_path} and POST /v1/unload_lora_adapter {lora_name}, in vLLM's
 shape: 200 with a plain-text "Success: ..." line; errors as OpenAI error JSON. Behind the API key like every
-route but /health. The checks are AdapterPolicy's (adapters.py); the loading is the backend's."""
+route but /health. The checks are AdapterPolicy's (adapters.py, adapter_check.py); the loading is the backend's.
+Loads go one at a time (the policy's `loading` lock), so its count and memory caps hold under concurrent loads."""
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,10 @@ async def load_lora_adapter(body: LoadLoraAdapterRequest, request: Request) -> P
             raise refused(400, f"The lora adapter '{body.lora_name}' has already been loaded (or is the base "
                                "model's name); unload it first or choose another lora_name", "adapter_exists",
                           param="lora_name")
-        path = await asyncio.to_thread(rules.inspect, body.lora_name, body.lora_path)
-        await backend.load_adapter(body.lora_name, str(path))
+        async with rules.loading:
+            checked = await asyncio.to_thread(rules.inspect, body.lora_name, body.lora_path)
+            await backend.load_adapter(body.lora_name, checked)
+            rules.admitted(body.lora_name, checked)
         ok = True
     finally:
         metrics_of(request).adapter_op("load", ok)
@@ -48,7 +51,7 @@ async def unload_lora_adapter(body: UnloadLoraAdapterRequest, request: Request) 
     backend = backend_of(request)
     ok = False
     try:
-        policy(backend)
+        rules = policy(backend)
         names = backend.model_names()
         if names and body.lora_name == names[0]:
             raise refused(400, f"'{body.lora_name}' is the base model, not an adapter", "not_an_adapter",
@@ -57,6 +60,7 @@ async def unload_lora_adapter(body: UnloadLoraAdapterRequest, request: Request) 
             raise refused(404, f"The lora adapter '{body.lora_name}' cannot be found.", "adapter_not_found",
                           param="lora_name")
         await backend.unload_adapter(body.lora_name)
+        rules.released(body.lora_name)
         ok = True
     finally:
         metrics_of(request).adapter_op("unload", ok)

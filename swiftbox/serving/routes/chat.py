@@ -1,4 +1,6 @@
-"""POST /v1/chat/completions: validated by ChatCompletionRequest, answered by the backend (JSON or SSE)."""
+"""POST /v1/chat/completions: validated by ChatCompletionRequest (chat_template_kwargs against its allow-list), a
+client's own chat template refused unless the server trusts them (template_kwargs.py), answered by the backend (JSON
+or SSE)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -6,6 +8,7 @@ from starlette.responses import Response
 
 from swiftbox.serving.protocol import ChatCompletionRequest
 from swiftbox.serving.routes import backend_of, check_model
+from swiftbox.serving.template_kwargs import check_trusted
 
 router = APIRouter()
 
@@ -14,4 +17,5 @@ router = APIRouter()
 async def chat(body: ChatCompletionRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
+    check_trusted(body.chat_template, body.chat_template_kwargs, backend.trust_request_chat_template)
     return await backend.chat(body, request)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.metrics import ServeMetrics
     from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
@@ -102,6 +103,7 @@ class VllmBackend:
         self.forwarded = 0
         self.names = list(process.plan.model_names)
         self.max_lora_rank = process.plan.max_lora_rank
+        self.trust_request_chat_template = process.plan.trust_request_chat_template
         self.runtime_adapters: Optional[AdapterPolicy] = None  # set by open_backend where clients may load adapters
         self.observer: Optional[ServeMetrics] = None           # set by build_app; vLLM reports its own token metrics
         self._loading: set[str] = set()
@@ -134,7 +136,8 @@ class VllmBackend:
         return r.content if r.status_code == 200 else b""
 
     # -- runtime adapters: checked by the front door, loaded by vLLM ---------------------------
-    async def load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, adapter: CheckedAdapter) -> None:
+        path = str(adapter.path)
         if name in self.names or name in self._loading:
             raise ApiError(400, f"The lora adapter '{name}' has already been loaded", param="lora_name",
                            code="adapter_exists")

