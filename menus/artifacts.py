@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from swiftbox import quant_methods
 from swiftbox.artifacts import MANIFEST, read_manifest
 from swiftbox.errors import UserError
 
@@ -69,7 +70,7 @@ def _quantized(folder: Path, manifest: dict) -> Optional[str]:
     except (OSError, ValueError):
         pass
     if manifest.get("kind") == "quantize":
-        return str((manifest.get("config") or {}).get("method") or "gptq")
+        return str((manifest.get("config") or {}).get("method") or quant_methods.DEFAULT)   # the step's default
     return None
 
 

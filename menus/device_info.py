@@ -32,7 +32,13 @@ class DeviceFacts:
         return f"{self.name} · {self.count} device{plural} · {mem}{free} · {self.dtype}"
 
 
-MENU_FEATURES = ("qlora-bnb", "gptq", "awq", "fp8", "gguf", "vllm", "bnb", "multi-device")
+MENU_FEATURES = ("qlora-bnb", "vllm", "multi-device")     # and every quantization method's (swiftbox/quant_methods.py)
+
+
+def menu_features() -> tuple[str, ...]:
+    from swiftbox import quant_methods
+
+    return (*MENU_FEATURES, *quant_methods.features())
 
 
 def collect() -> DeviceFacts:
@@ -41,7 +47,7 @@ def collect() -> DeviceFacts:
     platform = current_platform()
     mem = platform.memory(0)
     refusals = {}
-    for feature in MENU_FEATURES:
+    for feature in menu_features():
         refusal = platform.why_not(feature)
         if refusal is not None:
             refusals[feature] = f"{refusal.why}; use {refusal.instead}"

@@ -14,6 +14,7 @@ from menus import review as review_screen
 from menus.session import MenuSession
 from menus.widgets import BACK
 from menus.wizard import Auto, run_wizard
+from swiftbox import quant_methods
 
 
 @dataclass
@@ -305,27 +306,30 @@ MERGE = Flow(
 
 
 def _quantize_method(s: MenuSession):
+    """The methods and their labels are the records' (swiftbox/quant_methods.py); one the device lacks the
+    capability for is shown, disabled, with why."""
     def ask(state: dict):
         facts = s.probe.facts()
-        options = [(label, method, facts.why_not(method) if facts else None)
-                   for label, method in QUANT_METHODS]
-        return q.pick("Method:", "method", [*options, ("Back", BACK)], "gptq")(state)
+        options = [(m.menu, m.name, facts.why_not(m.feature) if facts else None)
+                   for m in quant_methods.METHODS.values()]
+        return q.pick("Method:", "method", [*options, ("Back", BACK)], quant_methods.DEFAULT)(state)
 
     return ask
 
 
-QUANT_METHODS = (("GPTQ 4/8-bit (gptqmodel)", "gptq"), ("AWQ 4-bit (gptqmodel)", "awq"),
-                 ("bitsandbytes NF4 / int8", "bnb"), ("FP8 (Ada/Hopper GPUs)", "fp8"),
-                 ("GGUF for llama.cpp / Ollama", "gguf"))
-
-
 def _quantize_bits(state: dict):
-    from swiftbox.steps import GGUF_TYPES, QUANT_METHOD_BITS
-
-    if state.get("method") == "gguf":  # GGUF: llama.cpp's type names carry the bits (answer kept under "bits")
-        return q.pick("GGUF type:", "bits", [(f"{t} ({b}-bit)", t) for t, b in GGUF_TYPES.items()], "q8_0")(state)
-    allowed = QUANT_METHOD_BITS.get(state.get("method"), (4, 8))
+    method = quant_methods.METHODS.get(state.get("method") or "")
+    if method is not None and method.types:  # GGUF: llama.cpp's type names carry the bits (answer kept under "bits")
+        return q.pick(f"{method.title} type:", "bits", [(f"{t} ({b}-bit)", t) for t, b in method.types.items()],
+                      "q8_0")(state)
+    allowed = method.bits if method is not None else (4, 8)
     return q.pick("Bits:", "bits", [(f"{b}-bit", b) for b in allowed], allowed[0])(state)
+
+
+def _quantize_step(st: dict) -> dict:
+    typed = bool(quant_methods.get(st["method"]).types)
+    return _clean({"method": st["method"], "dataset": st.get("dataset"),
+                   **({"type": st["bits"]} if typed else {"bits": st["bits"]})})
 
 
 QUANTIZE = Flow(
@@ -336,9 +340,8 @@ QUANTIZE = Flow(
                ("dataset", q.dataset(s, "sft", "Calibration data:",
                                      optional="the data this model was trained on (from its manifest)")),
                ("output", q.output(s, "quantize"))],
-    lambda st: _clean({"method": st["method"], "dataset": st.get("dataset"),
-                       **({"type": st["bits"]} if st["method"] == "gguf" else {"bits": st["bits"]})}),
-    needs=("gptq",),
+    _quantize_step,
+    needs=(quant_methods.get(quant_methods.DEFAULT).feature,),   # greyed out where the default method cannot run
 )
 
 DOWNLOAD = Flow(

@@ -6,13 +6,12 @@ from typing import Any, Union
 
 from menus import widgets
 from menus.session import MenuSession
+from swiftbox.reward_spec import BUILTIN_REWARDS as BUILTIN
 
 OTHER = "__python__"
+# the built-in rewards the menu offers, as their records say (swiftbox/reward_spec.py), then the user's own function
 BUILTIN_REWARDS = [
-    ("exact      the answer equals the reference", "exact"),
-    ("contains   the answer contains the reference", "contains"),
-    ("choice     the first option the answer names is the reference (yes/no, A-D)", "choice"),
-    ("format     <think>...</think> then the answer", "format:<think>"),
+    *((f"{r.kind:<10} {r.description}", r.menu_spec) for r in BUILTIN if r.menu_spec),
     ("A function in my own Python file (file.py:function)", OTHER),
 ]
 

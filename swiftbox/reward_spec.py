@@ -1,14 +1,39 @@
 """The syntax of a GRPO reward spec (`exact`, `regex:PATTERN`, `format:<TAG>`, `FILE.py:function`, `model:DIR`):
 parsed where the step schema validates a recipe (swiftbox/steps.py), so a bad spec is exit 2 before any work.
 What a spec does (checks on disk, the TRL callables) is swiftbox/training/rewards.py.
+
+The built-in rewards are records (`BUILTIN_REWARDS`): how a recipe writes each, what it rewards, whether it needs
+reference answers and what the menu offers - read by the parser, training/rewards.py and menus/grpo_flow.py.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
-SIMPLE = ("exact", "contains", "choice", "length")
-FORMS = "exact | contains | choice | length | regex:PATTERN | format:<TAG> | path/to/file.py:function | model:DIR"
+
+@dataclass(frozen=True)
+class BuiltinReward:
+    kind: str                       # RewardSpec.kind (training/rewards.py builds its function by it)
+    form: str                       # how a recipe writes it: exact | regex:PATTERN | format:<TAG>
+    description: str                # what it rewards, one line (the menu shows it)
+    needs_reference: bool = False   # every row must carry a reference answer
+    menu_spec: Optional[str] = None  # the spec the menu's choice writes (None: not offered there)
+
+
+BUILTIN_REWARDS: tuple[BuiltinReward, ...] = (
+    BuiltinReward("exact", "exact", "the answer equals the reference", True, "exact"),
+    BuiltinReward("contains", "contains", "the answer contains the reference", True, "contains"),
+    BuiltinReward("choice", "choice", "the first option the answer names is the reference (yes/no, A-D)", True,
+                  "choice"),
+    BuiltinReward("length", "length", "no penalty within the length budget, a growing one in its last quarter "
+                  "(TRL's soft overlong punishment)"),
+    BuiltinReward("regex", "regex:PATTERN", "the pattern matches (with a group: the group equals the reference)"),
+    BuiltinReward("format", "format:<TAG>", "<think>...</think> then the answer", menu_spec="format:<think>"),
+)
+SIMPLE = tuple(r.kind for r in BUILTIN_REWARDS if r.form == r.kind)      # written as the bare name
+NEEDS_REFERENCE = tuple(r.kind for r in BUILTIN_REWARDS if r.needs_reference)
+FORMS = " | ".join([*(r.form for r in BUILTIN_REWARDS), "path/to/file.py:function", "model:DIR"])
 TAG_RE = re.compile(r"^[A-Za-z_][\w-]*$")
 
 

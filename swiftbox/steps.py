@@ -13,7 +13,9 @@ import re
 from typing import Any, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from swiftbox import quant_methods
 from swiftbox.device.devices import DevicesField
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
@@ -544,17 +546,15 @@ class QuantTolerance(Strict):
                                                   "continuation in llama.cpp equals the source's")
 
 
-QUANT_METHOD_BITS = {"gptq": (4, 8), "awq": (4,), "bnb": (4, 8), "fp8": (8,), "gguf": (4, 5, 6, 8, 16)}
-# GGUF types (llama.cpp's names, lower case) and the bits each is gated as; --bits alone picks the first of its bits
-GGUF_TYPES = {"f16": 16, "bf16": 16, "q8_0": 8, "q6_k": 6, "q5_k_m": 5, "q4_k_m": 4}
+# GGUF types (llama.cpp's names, lower case) and the bits each is gated as: the gguf record's (quant_methods.py)
+GGUF_TYPES = quant_methods.GGUF.types
 
 
 class QuantizeStep(StepBase):
     """export: GPTQ / AWQ 4-bit, bitsandbytes NF4 / int8, FP8 (GPU), each quality-gated"""
 
-    method: Literal["gptq", "awq", "bnb", "fp8", "gguf"] = Field(
-        "gptq", description="gptq | awq (gptqmodel 7.6.0) | bnb (bitsandbytes NF4 / int8) | fp8 (FP8 GPUs) | "
-                            "gguf (llama.cpp / Ollama, with the gguf extra)")
+    # the choices, their bits and help are the records' in swiftbox/quant_methods.py (checked by _known_method)
+    method: str = Field(quant_methods.DEFAULT, description=" | ".join(m.help for m in quant_methods.METHODS.values()))
     bits: Optional[int] = Field(None, description="4 or 8; default 4 (fp8: 8); awq is 4-bit only; gguf: see --type")
     type: Optional[Literal["f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"]] = Field(
         None, description="gguf type: f16 | bf16 | q8_0 (default) | q6_k | q5_k_m | q4_k_m")
@@ -578,12 +578,21 @@ class QuantizeStep(StepBase):
     max_shard_size: str = Field("2GB", description="largest safetensors shard")
     tolerance: QuantTolerance = Field(default_factory=QuantTolerance)
 
+    @field_validator("method", mode="before")
+    @classmethod
+    def _known_method(cls, value: Any) -> Any:
+        error = quant_methods.choice_error(value)   # read at validation time: a registered record is a choice
+        if error is not None:
+            raise PydanticCustomError("literal_error", error)
+        return value
+
     @field_validator("bits")
     @classmethod
     def _bits_for_method(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
-        allowed = QUANT_METHOD_BITS.get(info.data.get("method", "gptq"), (4, 8))
+        method = info.data.get("method", quant_methods.DEFAULT)
+        allowed = quant_methods.METHODS[method].bits if method in quant_methods.METHODS else (4, 8)
         if value is not None and value not in allowed:
-            raise ValueError(f"{value} is not available with method {info.data.get('method', 'gptq')}; "
+            raise ValueError(f"{value} is not available with method {method}; "
                              f"expected {' or '.join(map(str, allowed))}")
         return value
 
@@ -601,19 +610,22 @@ class QuantizeStep(StepBase):
 
     @model_validator(mode="after")
     def _default_bits(self) -> QuantizeStep:
-        if self.method == "gguf":
-            by_bits = {bits: name for name, bits in reversed(GGUF_TYPES.items())}
+        method = quant_methods.METHODS[self.method]
+        if method.types:     # gguf: the type names the bits
+            types = method.types
+            by_bits = {bits: name for name, bits in reversed(list(types.items()))}
             chosen = self.type or (by_bits[self.bits] if self.bits else ("f16" if self.adapter_only else "q8_0"))
-            if self.type is not None and self.bits is not None and self.bits != GGUF_TYPES[chosen]:
-                raise ValueError(f"bits {self.bits} contradicts gguf type {chosen} ({GGUF_TYPES[chosen]}-bit); "
+            if self.type is not None and self.bits is not None and self.bits != types[chosen]:
+                raise ValueError(f"bits {self.bits} contradicts {self.method} type {chosen} ({types[chosen]}-bit); "
                                  "pass only --type")
-            self.type, self.bits = chosen, GGUF_TYPES[chosen]  # type: ignore[assignment]
+            self.type, self.bits = chosen, types[chosen]  # type: ignore[assignment]
             return self
         if self.type is not None or self.adapter_only:
-            raise ValueError(f"{'type' if self.type is not None else 'adapter_only'} applies to method gguf only "
+            typed = " or ".join(m.name for m in quant_methods.METHODS.values() if m.types)
+            raise ValueError(f"{'type' if self.type is not None else 'adapter_only'} applies to method {typed} only "
                              f"(got method {self.method})")
         if self.bits is None:
-            self.bits = 8 if self.method == "fp8" else 4
+            self.bits = method.bits[0]
         return self
 
 

@@ -13,7 +13,8 @@ PKG = ROOT / "swiftbox"
 # bottom first; a module may import its own layer and the ones below. The longest matching prefix decides
 # (pipelines.base, the contract every pipeline implements, sits far below the pipelines themselves).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report")),
+    ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
+              "quant_methods")),
     ("device", ("device", "llamacpp")),
     ("contract", ("steps", "reward_spec", "pipelines.base", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),

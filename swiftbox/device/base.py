@@ -9,30 +9,33 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from swiftbox import quant_methods
 from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.errors import Unsupported
 
-# feature -> the python package that must be importable for it (besides the platform's own support)
+# feature -> the python package that must be importable for it (besides the platform's own support); a quantization
+# method's feature, its package and install hint are its record's (swiftbox/quant_methods.py)
 FEATURE_PACKAGES: dict[str, str] = {
     "qlora-bnb": "bitsandbytes",
-    "bnb": "bitsandbytes",
-    "gptq": "gptqmodel",
-    "awq": "gptqmodel",
     "vllm": "vllm",
     "vllm-colocate": "vllm",
     "flash-attn": "flash_attn",
     "deepspeed": "deepspeed",
-    "gguf": "llama_cpp",
 }
 # feature -> how to install what it needs, where that is more than `pip install PACKAGE`
-FEATURE_INSTALL: dict[str, tuple[str, str]] = {
-    "gguf": ("llama.cpp's Python bindings (llama-cpp-python, built from source) are not installed",
-             "SWIFTBOX_EXTRAS=quant,serve,dev,gguf ./install.sh (builds llama.cpp once, about 10-25 min on 2 cores), "
-             "or python -m swiftbox.llamacpp.setup; --method gptq/awq/bnb need no build"),
-}
+FEATURE_INSTALL: dict[str, tuple[str, str]] = {}
 
-FEATURES = ("bf16", "fp16", "qlora-bnb", "bnb", "gptq", "awq", "fp8", "gguf", "vllm", "flash-attn", "deepspeed",
-            "multi-device", "vllm-colocate")      # vllm-colocate: TRL's GRPO rollouts by vLLM inside the trainer
+OTHER_FEATURES = ("vllm", "flash-attn", "deepspeed", "multi-device",
+                  "vllm-colocate")      # vllm-colocate: TRL's GRPO rollouts by vLLM inside the trainer
+
+
+def features() -> tuple[str, ...]:
+    """Every capability a platform answers for: precision, QLoRA, each quantization method's (read from its record
+    now, so a method added there is known), then the rest."""
+    return ("bf16", "fp16", "qlora-bnb", *quant_methods.features(), *OTHER_FEATURES)
+
+
+FEATURES = features()
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,9 @@ class Platform:
     vllm_package: ClassVar[str] = "vllm"
     # torch.profiler.ProfilerActivity members a training profile records here
     profiler_activities: ClassVar[tuple[str, ...]] = ("CPU",)
-    # checkpoint quantization formats (config.json quant_method) that engine serves here, and what to do otherwise
-    vllm_quantizations: ClassVar[tuple[str, ...]] = ("gptq", "awq", "bitsandbytes", "fp8")
+    # checkpoint quantization formats (config.json quant_method) that engine serves here (None: every format whose
+    # record in swiftbox/quant_methods.py lists vllm), and what to do otherwise
+    vllm_quantizations: ClassVar[tuple[str, ...] | None] = None
     vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
     # why `engine: auto` picks the built-in engine even where vLLM is installed (None: auto picks vLLM)
     vllm_auto_instead: ClassVar[str | None] = None
@@ -160,12 +164,14 @@ class Platform:
     def _package_for(self, feature: str) -> str | None:
         if feature == "vllm":
             return self.vllm_package
-        return FEATURE_PACKAGES.get(feature)
+        method = quant_methods.package_for(feature)
+        return method[0] if method else FEATURE_PACKAGES.get(feature)
 
     def why_not(self, feature: str) -> Refusal | None:
         """None when `feature` works here; else why not and what to use instead."""
-        if feature not in FEATURES:
-            raise ValueError(f"unknown feature {feature!r}; known: {', '.join(FEATURES)}")
+        known = features()
+        if feature not in known:
+            raise ValueError(f"unknown feature {feature!r}; known: {', '.join(known)}")
         if feature == "bf16" and not self.bf16_supported():
             return Refusal(f"bf16 is not supported by {self.describe()}", "dtype float16 (or float32)")
         refusal = ALWAYS_REFUSED.get(feature) or self.refusals.get(feature) or self.hardware_refusal(feature)
@@ -174,8 +180,10 @@ class Platform:
         if feature == "multi-device" and self.device_count() < 2:
             return Refusal(f"only {self.device_count()} {self.name} device(s) here", "a single device")
         pkg = self._package_for(feature)
-        if pkg and not _importable(pkg) and feature in FEATURE_INSTALL:
-            return Refusal(*FEATURE_INSTALL[feature])
+        method = quant_methods.package_for(feature)
+        install = method[1] if method else FEATURE_INSTALL.get(feature)
+        if pkg and not _importable(pkg) and install:
+            return Refusal(*install)
         if pkg and not _importable(pkg):
             return Refusal(f"the python package '{pkg}' is not installed", f"pip install {pkg.replace('_', '-')}")
         return None
@@ -195,7 +203,7 @@ class Platform:
 
     def capability_matrix(self) -> dict[str, str]:
         out = {}
-        for feature in FEATURES:
+        for feature in features():
             refusal = self.why_not(feature)
             out[feature] = "yes" if refusal is None else f"no - {refusal.why}"
         return out

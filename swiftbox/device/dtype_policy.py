@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from swiftbox import quant_methods
+
 if TYPE_CHECKING:
     from swiftbox.device.base import Platform
 
@@ -34,7 +36,7 @@ RELATIVE_TOLERANCE: dict[str, float] = {"float32": 1e-4, "bfloat16": 5e-2, "floa
 UNIT_ROUNDOFF: dict[str, float] = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -9, "float16": 2.0 ** -11}
 PRECISION_ORDER = ("float32", "float16", "bfloat16")   # most precise first
 MERGE_COMPUTE = "float32"
-SIXTEEN_BIT_KERNELS = ("gptq", "awq", "fp8")             # quantized exports whose kernels compute in 16-bit
+# quantized exports whose kernels compute in 16-bit: the records' `sixteen_bit` (swiftbox/quant_methods.py)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def quantize(platform: Platform, requested: Optional[str], *, sixteen_bit: bool)
 def model_compute(platform: Platform, requested: Optional[str], quantized: Optional[str]) -> str:
     """What a model loads and computes in: `requested` (or the platform's), made 16-bit for 16-bit kernels."""
     dt = compute(platform, requested)
-    return kernel_dtype(platform, dt) if quantized in SIXTEEN_BIT_KERNELS else dt
+    return kernel_dtype(platform, dt) if quant_methods.computes_in_16_bit(quantized) else dt
 
 
 def same_model_check(platform: Platform, requested: Optional[str], quantized: tuple[Optional[str], ...] = ()) -> str:
@@ -135,7 +137,7 @@ def same_model_check(platform: Platform, requested: Optional[str], quantized: tu
         dt = platform.resolve_dtype(requested)
     else:
         dt = "float32"
-    if any(q in SIXTEEN_BIT_KERNELS for q in quantized):
+    if any(quant_methods.computes_in_16_bit(q) for q in quantized):
         dt = kernel_dtype(platform, dt)
     return dt
 
@@ -144,17 +146,20 @@ def policy_rows(platform: Platform) -> list[dict[str, Any]]:
     """The policy on `platform` as rows (doctor prints them; docs/devices.md has the table for every device)."""
     default = compute(platform)
     kernel = kernel_dtype(platform, default)
+    methods = quant_methods.METHODS.values()
+    sixteen = " / ".join(m.name for m in methods if m.sixteen_bit)          # gptq / awq / fp8
+    other = " / ".join(m.name for m in methods if not m.sixteen_bit and not m.whole_step)   # bnb
     rows = [
         ("sft / dpo / kto / orpo / simpo / grpo / rm (LoRA, DoRA)", training(platform, None, full=False)),
         ("the same, method: full", training(platform, None, full=True)),
         ("qlora", DtypePlan(default, save="float32", note="4-bit NF4 base, adapter weights")),
         ("eval / serve / chat", DtypePlan(default)),
         ("merge", merge(platform, None, "the source model's dtype")),
-        ("quantize gptq / awq / fp8", quantize(platform, None, sixteen_bit=True)),
-        ("quantize bnb", quantize(platform, None, sixteen_bit=False)),
+        (f"quantize {sixteen}", quantize(platform, None, sixteen_bit=True)),
+        (f"quantize {other}", quantize(platform, None, sixteen_bit=False)),
         ("parity, verify links (unquantized sides)", DtypePlan(same_model_check(platform, None),
                                                                check=same_model_check(platform, None))),
-        ("parity, verify links to a gptq / awq / fp8 export", DtypePlan(kernel, check=kernel)),
+        (f"parity, verify links to a {sixteen} export", DtypePlan(kernel, check=kernel)),
     ]
     return [{"step": step, **plan.as_dict()} for step, plan in rows]
 

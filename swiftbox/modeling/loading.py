@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.errors import UserError
 from swiftbox.hub.resolve import resolve_model
 from swiftbox.steps import DTYPE_NAMES
-
-SIXTEEN_BIT_KERNELS = ("gptq", "awq", "fp8")  # exports whose kernels compute in 16-bit
 
 
 @dataclass
@@ -105,34 +104,45 @@ def load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool = 
 
 def _load_model(spec: ModelSpec, platform, dtype: str, *, merge_adapters: bool, trust_remote_code: bool,
                 quantization_config, adapter_names: Optional[list[str]]):
-    from transformers import AutoModelForCausalLM
-
-    if spec.quantized in SIXTEEN_BIT_KERNELS:
+    method = quant_methods.by_export(spec.quantized)     # how a quantized export is recognised (config.json)
+    if method is not None and method.sixteen_bit:
         dtype = gptq_dtype(platform, dtype)
-    if spec.quantized == "gptq" and quantization_config is None and not transformers_loads_gptq():
-        if spec.adapters:
-            raise UserError(f"{spec.base}: adapters on a GPTQ model need the python package 'optimum' "
-                            "(pip install optimum); or merge the adapter before quantizing")
-        return load_gptq_with_gptqmodel(spec.base, platform, dtype, trust_remote_code=trust_remote_code).eval()
-
     kwargs = dict(dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code, use_safetensors=True)
     if quantization_config is not None:
         kwargs["quantization_config"] = quantization_config
     try:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
-        except NotImplementedError:
-            # gptqmodel's auto-selected kernel can refuse a layer shape (Hopper's Machete wants widths divisible
-            # by 128; small models have 64-wide k/v projections): its torch kernel takes any shape
-            if spec.quantized != "gptq" or quantization_config is not None:
-                raise
-            kwargs["quantization_config"] = gptq_any_shape_config(spec.base)
-            model = AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
+        if method is not None and method.loader and quantization_config is None:   # the method loads it its way
+            model = quant_methods.resolve(method.loader)(spec, platform, dtype, kwargs)
+        else:
+            model = load_with_transformers(spec, platform, kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
     model = apply_adapters(model, spec.adapters, merge_all=merge_adapters, names=adapter_names)
     model.eval()
     return model
+
+
+def load_with_transformers(spec: ModelSpec, platform, kwargs: dict):
+    """transformers' own load of `spec.base` (a quantized export by its saved quantization_config)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(spec.base, device_map=platform.device_map(), **kwargs)
+
+
+def load_gptq(spec: ModelSpec, platform, dtype: str, kwargs: dict):
+    """The gptq record's loader: through transformers where it opens GPTQ (optimum + gptqmodel), else gptqmodel."""
+    if not transformers_loads_gptq():
+        if spec.adapters:
+            raise UserError(f"{spec.base}: adapters on a GPTQ model need the python package 'optimum' "
+                            "(pip install optimum); or merge the adapter before quantizing")
+        return load_gptq_with_gptqmodel(spec.base, platform, dtype, trust_remote_code=kwargs["trust_remote_code"])
+    try:
+        return load_with_transformers(spec, platform, kwargs)
+    except NotImplementedError:
+        # gptqmodel's auto-selected kernel can refuse a layer shape (Hopper's Machete wants widths divisible
+        # by 128; small models have 64-wide k/v projections): its torch kernel takes any shape
+        any_shape = {**kwargs, "quantization_config": gptq_any_shape_config(spec.base)}
+        return load_with_transformers(spec, platform, any_shape)
 
 
 def apply_adapters(model, adapters: list[Path], *, merge_all: bool = False, trainable: bool = False,
@@ -163,13 +173,9 @@ def merge_into(model, adapters: list[Path]):
 
 
 def transformers_loads_gptq() -> bool:
-    """transformers 5 loads GPTQ checkpoints through optimum's GPTQ integration plus gptqmodel kernels."""
-    import importlib.util
-
-    try:
-        return all(importlib.util.find_spec(pkg) is not None for pkg in ("optimum.gptq", "gptqmodel"))
-    except (ImportError, ValueError):  # no `optimum` namespace at all
-        return False
+    """transformers 5 loads GPTQ checkpoints through optimum's GPTQ integration plus gptqmodel kernels (the gptq
+    record's `loads_with` names what that needs)."""
+    return "transformers" in quant_methods.GPTQ.loaders()
 
 
 def gptq_any_shape_config(path: Path):

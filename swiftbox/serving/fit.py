@@ -6,14 +6,16 @@ LoRA adapters against vLLM's limits (vllm/lora/peft_helper.py refuses `modules_t
 bias; ranks above its largest `max_lora_rank` 512; LoRA only on linear layers, so no embedding/lm_head
 targets or resized vocabularies) - vllm-ascend reuses vLLM's LoRA code, so the same limits hold on NPU.
 The built-in engine serves what PEFT can pick per row of a batch (not DoRA: merge it first).
-Quantized checkpoints against what the engine runs here
-(the platform's capability matrix and its `vllm_quantizations`).
+Quantized checkpoints against what the engine runs here: which engines serve a method's exports is its record's
+(swiftbox/quant_methods.py `engines`), narrowed by the platform (its capability matrix and `vllm_quantizations`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any, Optional
+
+from swiftbox import quant_methods
 
 ENGINES = ("builtin", "vllm")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # vLLM's accepted --max-lora-rank values
@@ -27,7 +29,6 @@ PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica")
 CONVERT_HINT = ("convert it to a plain LoRA with PEFT (model.save_pretrained(out, "
                 "path_initial_model_for_weight_conversion=<the adapter saved before training>))")
 NOT_LINEAR = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out")
-QUANT_FEATURE = {"gptq": "gptq", "awq": "awq", "bitsandbytes": "bnb", "fp8": "fp8"}
 
 
 def _read_config(adapter: Path) -> dict | str:
@@ -151,19 +152,22 @@ def adapter_problems(adapter: Path, engine: str, base_vocab: int | None = None) 
 def quantization_fit(quant: str, engine: str, platform: Any) -> tuple[bool, str, str]:
     """(fits, label, detail) for serving a `quant`-quantized checkpoint (config.json's quant_method) on `engine`
     on this platform: vLLM by the platform's `vllm_quantizations`, the built-in engine by its capability matrix."""
+    method = quant_methods.by_export(quant)
     if engine == "vllm":
-        ok = quant in platform.vllm_quantizations
+        allowed = platform.vllm_quantizations     # None: whatever the records say vLLM serves
+        ok = method is not None and "vllm" in method.engines and (allowed is None or quant in allowed)
         return ok, f"{quant} on {platform.vllm_package} ({platform.name})", (
             f"{platform.vllm_package} serves {quant} checkpoints" if ok else
             f"{platform.vllm_package} does not serve {quant} checkpoints here; {platform.vllm_quantization_instead}")
-    feature = QUANT_FEATURE.get(quant)
-    if feature is None:
-        return False, f"{quant} on builtin", (f"unknown quant_method {quant!r}: the built-in engine loads gptq, awq, "
-                                               "bitsandbytes and fp8 checkpoints")
-    refusal = platform.why_not(feature)
-    if refusal is not None and feature == "fp8":
-        return True, f"fp8 on builtin ({platform.name})", (
-            f"transformers dequantizes FP8 to bf16 here ({refusal.why}): it runs, without FP8's savings")
+    if method is None or "builtin" not in method.engines:
+        served = quant_methods.and_list([m.quant_method for m in quant_methods.served_by("builtin") if m.quant_method])
+        return False, f"{quant} on builtin", (f"unknown quant_method {quant!r}: the built-in engine loads {served} "
+                                               "checkpoints")
+    refusal = platform.why_not(method.feature)
+    if refusal is not None and method.builtin_dequantizes:
+        return True, f"{quant} on builtin ({platform.name})", (
+            f"transformers dequantizes {method.title} to bf16 here ({refusal.why}): it runs, without "
+            f"{method.title}'s savings")
     return refusal is None, f"{quant} on builtin ({platform.name})", (
         "loads here" if refusal is None else f"{refusal.why}; use {refusal.instead}")
 

@@ -24,11 +24,10 @@ from typing import Any, Callable, Optional
 
 from swiftbox.data.answers import matches, normalise
 from swiftbox.errors import UserError
-from swiftbox.reward_spec import FORMS, RewardSpec, parse_spec
+from swiftbox.reward_spec import FORMS, NEEDS_REFERENCE, RewardSpec, parse_spec
 
 __all__ = ["FORMS", "RewardSpec", "build", "check_spec", "load_function", "parse_spec"]
 
-NEEDS_REFERENCE = ("exact", "contains", "choice")
 MAX_CHOICES = 26
 
 

@@ -7,15 +7,16 @@ fails (exit 1) and nothing is written. GGUF (llama.cpp / Ollama) is written and 
 
 Pieces: calibration.py (calibration / held-out text, group size), gptqmodel_writer.py (gptq, awq),
 transformers_writer.py (bnb, fp8), gguf_writer.py + gguf_adapter.py (gguf), quality.py (figures, tensor
-inspection, tolerances).
+inspection, the gate). What each method is - its capability, writer, calibration, layout, tolerances, loaders -
+is its record in swiftbox/quant_methods.py; this module dispatches on it and names no method.
 """
 from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
@@ -32,22 +33,7 @@ from swiftbox.pipelines.quantize.calibration import (
 )
 from swiftbox.steps import QuantizeStep
 
-
-@dataclass(frozen=True)
-class Method:
-    feature: str            # capability the platform must have (swiftbox.device)
-    writer: str             # module under swiftbox.pipelines.quantize that writes it
-    calibrated: bool        # needs calibration rows
-    sixteen_bit: bool       # its kernels compute in 16-bit (the export is loaded in bf16/fp16)
-
-
-METHODS: dict[str, Method] = {
-    "gptq": Method("gptq", "gptqmodel_writer", True, True),
-    "awq": Method("awq", "gptqmodel_writer", True, True),
-    "bnb": Method("bnb", "transformers_writer", False, False),
-    "fp8": Method("fp8", "transformers_writer", False, True),
-    "gguf": Method("gguf", "gguf_writer", False, False),
-}
+METHODS = quant_methods.METHODS     # the records (swiftbox/quant_methods.py)
 
 
 class QualityGateFailed(SwiftboxError):
@@ -56,7 +42,7 @@ class QualityGateFailed(SwiftboxError):
 
 def check(cfg: QuantizeStep, platform: Platform) -> None:
     """Refusals that need only the device (exit 3 with the alternative)."""
-    platform.require(METHODS[cfg.method].feature)
+    platform.require(quant_methods.get(cfg.method).feature)
 
 
 def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
@@ -64,7 +50,7 @@ def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
     measures the unquantized source in that same dtype, so the gate sees the quantization, not a change of dtype."""
     from swiftbox.device import dtype_policy
 
-    return dtype_policy.quantize(ctx.platform, cfg.dtype, sixteen_bit=METHODS[cfg.method].sixteen_bit)
+    return dtype_policy.quantize(ctx.platform, cfg.dtype, sixteen_bit=quant_methods.get(cfg.method).sixteen_bit)
 
 
 def check_input(ref: str):
@@ -85,9 +71,9 @@ def check_input(ref: str):
     return spec
 
 
-def layout_of(cfg) -> str:
+def layout_of(cfg) -> quant_methods.Layout:
     """The on-disk layout quality.inspect_export checks for."""
-    return f"bnb-{cfg.bits}" if cfg.method == "bnb" else cfg.method
+    return quant_methods.get(cfg.method).layout(cfg.bits)
 
 
 def accuracy(model, tokenizer, pairs: list) -> float:
@@ -101,20 +87,15 @@ def accuracy(model, tokenizer, pairs: list) -> float:
 
 def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     import gc
-    import importlib
 
     from swiftbox import parity as P
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
     from swiftbox.pipelines.quantize import quality
 
     check(cfg, ctx.platform)
-    if cfg.method == "gguf":
-        from swiftbox.pipelines.quantize import gguf_adapter, gguf_writer
-
-        if cfg.adapter_only:
-            return gguf_adapter.run_adapter(cfg, ctx)
-        return gguf_writer.run(cfg, ctx)
-    method = METHODS[cfg.method]
+    method = quant_methods.get(cfg.method)
+    if method.whole_step:   # its writer measures and gates itself (gguf: in llama.cpp)
+        return quant_methods.resolve(method.writer)(cfg, ctx)
     spec = check_input(ctx.input)
     files, origin = calibration_files(cfg, ctx)
     pairs = []
@@ -137,9 +118,9 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     del source
     gc.collect()
 
-    writer = importlib.import_module(f"swiftbox.pipelines.quantize.{method.writer}")
+    write = quant_methods.resolve(method.writer)
     t0 = time.time()
-    facts = writer.write(cfg, spec, ctx, tokenizer, calib, torch_dtype(dtype), group_size)
+    facts = write(cfg, spec, ctx, tokenizer, calib, torch_dtype(dtype), group_size)
     quantize_seconds = time.time() - t0
     tokenizer.save_pretrained(ctx.work_dir)
     if (spec.base / "generation_config.json").is_file():  # gptqmodel rewrites it (e.g. turns sampling on)
@@ -166,7 +147,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         })
         if acc_before is not None and acc_after is not None:
             metrics.update(accuracy_before=acc_before, accuracy_after=acc_after, accuracy_drop=acc_before - acc_after)
-    tol = quality.tolerances(cfg.bits or 4, cfg.tolerance.model_dump())
+    tol = quality.tolerances(cfg.bits or method.bits[0], cfg.tolerance.model_dump(), cfg.method)
     broken = quality.gate(metrics, inspection, tol)
     if broken:
         raise QualityGateFailed(f"quantize: the {cfg.method} {cfg.bits}-bit export fails its quality gate: "
@@ -183,13 +164,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
 def loaders(method: str) -> list[str]:
     """Which loaders open an export of `method` on this machine (docs/export.md has the full table)."""
-    from swiftbox.modeling.loading import transformers_loads_gptq
-
-    if method == "gptq":
-        return ["gptqmodel"] + (["transformers"] if transformers_loads_gptq() else [])
-    if method == "awq":
-        return ["transformers", "gptqmodel"]
-    return ["transformers"]
+    return quant_methods.get(method).loaders()
 
 
 PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

@@ -66,6 +66,16 @@ def check_adapter(cfg: QuantizeStep, ref: str):
     return spec
 
 
+def run_step(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+    """The gguf record's writer (swiftbox/quant_methods.py): a LoRA adapter alone (--adapter-only), else the whole
+    model (gguf_writer.run); each measures and gates itself in llama.cpp."""
+    if cfg.adapter_only:
+        return run_adapter(cfg, ctx)
+    from swiftbox.pipelines.quantize import gguf_writer
+
+    return gguf_writer.run(cfg, ctx)
+
+
 def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from dataclasses import replace
 

@@ -19,6 +19,7 @@ import gc
 import time
 from pathlib import Path
 
+from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.errors import UserError
 from swiftbox.llamacpp.gguf_file import inspect  # noqa: F401  (the export's tensor check, shared with verify)
@@ -30,23 +31,18 @@ PROBE_NEW_TOKENS = 16
 # computes activations in float32 with the GGUF's weights, so only the export's own error is measured (a bf16
 # reference alone flips ~5% of the toy's argmaxes against an exact f16 GGUF). A bf16-stored source upcasts exactly.
 REFERENCE_DTYPE = "float32"
-# documented bounds (docs/export.md), by the bits a type is gated as; quantize.tolerance.* overrides any of them
-TOLERANCES: dict[int, dict[str, float]] = {
-    16: {"max_perplexity_ratio": 1.01, "min_cosine": 0.999, "min_argmax_agreement": 0.97, "min_greedy_agreement": 0.75},
-    8: {"max_perplexity_ratio": 1.03, "min_cosine": 0.99, "min_argmax_agreement": 0.85, "min_greedy_agreement": 0.5},
-    6: {"max_perplexity_ratio": 1.06, "min_cosine": 0.99, "min_argmax_agreement": 0.85, "min_greedy_agreement": 0.0},
-    5: {"max_perplexity_ratio": 1.12, "min_cosine": 0.98, "min_argmax_agreement": 0.75, "min_greedy_agreement": 0.0},
-    4: {"max_perplexity_ratio": 1.25, "min_cosine": 0.95, "min_argmax_agreement": 0.65, "min_greedy_agreement": 0.0},
-}
+# documented bounds (docs/export.md), by the bits a type is gated as: the gguf record's (swiftbox/quant_methods.py);
+# quantize.tolerance.* overrides any of them
+TOLERANCES = quant_methods.GGUF_TOLERANCES
 # bits per weight a type may take on disk (whole file / parameters). Rows that do not split into 256-wide blocks
 # (hidden 576, 896, ...) make llama.cpp fall back from Q4_K/Q5_K/Q6_K to Q5_0/Q5_1/Q8_0, so a small model's
 # q4_k_m is ~6.2 bits and its q6_k ~8.5: the size bound is this over the source's
 MAX_BITS_PER_WEIGHT = {"f16": 16.6, "bf16": 16.6, "q8_0": 9.2, "q6_k": 9.2, "q5_k_m": 7.8, "q4_k_m": 7.2}
 # tensor type every decoder weight must have (None: any quantized type: k-quants mix Q4_K/Q5_K/Q6_K/Q8_0, ...)
 def tolerances(cfg: QuantizeStep) -> dict[str, float]:
-    out = dict(TOLERANCES[cfg.bits or 8])
-    out.update({k: v for k, v in cfg.tolerance.model_dump().items() if v is not None})
-    return out
+    from swiftbox.pipelines.quantize import quality
+
+    return quality.tolerances(cfg.bits or 8, cfg.tolerance.model_dump(), cfg.method)
 
 
 def _rows(tokenizer, texts: list[str], max_length: int) -> list[dict]:
@@ -247,7 +243,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
                     **_tool_facts(), "architecture": info.architecture, "tensor_types": info.type_counts,
                     "tolerances": tol, "held_out": [str(f) for f in files], "held_out_source": origin,
                     "held_out_disjoint": disjoint, "modelfile": template_facts,
-                    "loads_with": ["llama.cpp", "ollama", "lm-studio"]}
+                    "loads_with": quant_methods.get(cfg.method).loaders()}
     return StepResult(metrics=metrics, info={"artifact": "gguf", "quantization": quantization,
                                              "source_model": str(spec.base)})
 

@@ -11,27 +11,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from swiftbox import quant_methods
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
-# method -> how a quantized linear layer `m` looks on disk: (tensor that must exist, the dtypes it may have)
-LAYOUTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gptq": ("{m}.qweight", ("I32", "I16", "I8", "U8")),
-    "awq": ("{m}.qweight", ("I32", "I16", "I8", "U8")),
-    "bnb-4": ("{m}.weight", ("U8",)),
-    "bnb-8": ("{m}.weight", ("I8",)),
-    "fp8": ("{m}.weight", ("F8_E4M3", "F8_E5M2")),
-}
-# a second tensor that proves the layout (scales / quant state), as a prefix of the tensor name
-COMPANIONS: dict[str, str] = {"gptq": "{m}.scales", "awq": "{m}.scales", "bnb-4": "{m}.weight.quant_state",
-                              "bnb-8": "{m}.SCB", "fp8": "{m}.weight_scale"}
-
-# documented tolerances (docs/export.md), by bits; the step's `tolerance:` overrides any of them
-DEFAULT_TOLERANCES: dict[int, dict[str, float]] = {
-    4: {"min_cosine": 0.95, "min_argmax_agreement": 0.65, "max_perplexity_ratio": 1.25, "max_accuracy_drop": 0.05,
-        "max_size_ratio": 0.6},
-    8: {"min_cosine": 0.99, "min_argmax_agreement": 0.9, "max_perplexity_ratio": 1.05, "max_accuracy_drop": 0.05,
-        "max_size_ratio": 0.8},
-}
+# how each method's quantized layers look on disk (Layout: tensor, dtypes, companion) and its documented tolerances
+# (docs/export.md) are its record's: swiftbox/quant_methods.py
+DEFAULT_TOLERANCES = quant_methods.CHECKPOINT_TOLERANCES
 
 
 def perplexity(model, rows: list[dict]) -> float:
@@ -92,7 +78,7 @@ def two_dim_tensors(folder: Path) -> set[str]:
     return names
 
 
-def inspect_export(source_dir: Path, export_dir: Path, layout: str) -> dict:
+def inspect_export(source_dir: Path, export_dir: Path, layout: quant_methods.Layout) -> dict:
     """How many of the source's decoder linear layers the export stores in `layout`'s quantized form.
 
     Returns {"quantized_modules", "linear_modules", "unquantized": [first few names], "error": str|None}."""
@@ -101,8 +87,7 @@ def inspect_export(source_dir: Path, export_dir: Path, layout: str) -> dict:
     except ValueError as exc:
         return {"quantized_modules": 0, "linear_modules": 0, "unquantized": [], "error": str(exc)}
     modules = linear_modules(tensor_dtypes(source_dir), two_dim_tensors(source_dir))
-    main, dtypes = LAYOUTS[layout]
-    companion = COMPANIONS[layout]
+    main, dtypes, companion = layout.tensor, layout.dtypes, layout.companion
     bad = []
     for m in modules:
         name = main.format(m=m)
@@ -113,8 +98,9 @@ def inspect_export(source_dir: Path, export_dir: Path, layout: str) -> dict:
             "error": None if modules else f"no decoder linear layers found in {source_dir}"}
 
 
-def tolerances(bits: int, overrides: dict | None) -> dict[str, float]:
-    out = dict(DEFAULT_TOLERANCES[8 if bits >= 8 else 4])
+def tolerances(bits: int, overrides: dict | None, method: str = quant_methods.DEFAULT) -> dict[str, float]:
+    """`method`'s documented bounds for `bits`, with the step's `tolerance:` overrides on top."""
+    out = quant_methods.get(method).tolerance(bits)
     out.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return out
 
