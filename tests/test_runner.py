@@ -112,7 +112,7 @@ def test_a_refusal_leaves_nothing_on_disk(tmp_path, monkeypatch):
     """check() runs before the output directory exists: a refused step leaves no <out>.partial behind."""
     from swiftbox.steps import SftStep
 
-    def check(cfg, platform):
+    def check(cfg, platform, input):
         raise Unsupported("qlora-bnb is not available here; use lora instead")
 
     def run(cfg, ctx):
@@ -151,7 +151,7 @@ def test_qlora_is_refused_before_the_output_exists(tmp_path):
 
     pipeline = load_pipeline("sft")
     with pytest.raises(Unsupported, match="lora"):
-        pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform())
+        pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform(), "toy")
 
 
 def test_a_step_names_an_earlier_steps_model_with_at(tmp_path, fake_pipelines):

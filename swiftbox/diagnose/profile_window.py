@@ -28,7 +28,7 @@ def profile_callbacks(cfg, ctx) -> list:
     the run's last step before any other callback starts."""
     if getattr(cfg, "profile", None) is None:
         return []
-    from swiftbox.training.distributed.launch import is_main_process
+    from swiftbox.training.distributed.ranks import is_main_process
 
     return [ProfileWindow(cfg.profile, ctx.platform, ctx.work_dir / "profile", ctx.output / "profile",
                           ctx.kind, is_main_process())]

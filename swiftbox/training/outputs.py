@@ -17,7 +17,7 @@ def save_artifact(trainer, tm, ctx, selected):
     Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
     `trainer.save_model`; only rank 0 writes files.
     """
-    from swiftbox.training.distributed.launch import is_main_process
+    from swiftbox.training.distributed.ranks import is_main_process
 
     model = trainer.model
     model.config.use_cache = True            # training turned it off; inference wants it back

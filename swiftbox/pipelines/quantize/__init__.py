@@ -54,9 +54,12 @@ class QualityGateFailed(SwiftboxError):
     """The export broke a documented tolerance (exit 1); nothing was written."""
 
 
-def check(cfg: QuantizeStep, platform: Platform) -> None:
-    """Refusals that need only the device (exit 3 with the alternative)."""
+def check(cfg: QuantizeStep, platform: Platform, input: str) -> None:
+    """Refusals that need only the device (exit 3 with the alternative), and an input these writers cannot take (an
+    adapter, an export already quantized: exit 2; gguf checks its input in its own writer)."""
     platform.require(METHODS[cfg.method].feature)
+    if input and cfg.method != "gguf":
+        check_input(input)
 
 
 def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
@@ -107,7 +110,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
     from swiftbox.pipelines.quantize import quality
 
-    check(cfg, ctx.platform)
+    check(cfg, ctx.platform, ctx.input)
     if cfg.method == "gguf":
         from swiftbox.pipelines.quantize import gguf_adapter, gguf_writer
 

@@ -84,7 +84,7 @@ def qlora_zero3_blockers() -> list[str]:
 
 def training_arguments_extra(cfg, platform) -> dict:
     """Keyword arguments for TrainingArguments that make a torchrun worker train as one of many."""
-    from swiftbox.training.distributed.launch import world_size
+    from swiftbox.training.distributed.ranks import world_size
 
     extra: dict = {}
     if world_size() > 1 or cfg.deepspeed or cfg.fsdp:
@@ -99,7 +99,7 @@ def training_arguments_extra(cfg, platform) -> dict:
 def model_device_map(cfg, platform):
     """`device_map` for from_pretrained in a training step: each rank on its own local device; None when
     ZeRO-3 or FSDP shards the weights (transformers refuses a device_map with ZeRO-3)."""
-    from swiftbox.training.distributed.launch import local_rank
+    from swiftbox.training.distributed.ranks import local_rank
 
     if cfg.fsdp or (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3):
         return None
