@@ -123,6 +123,8 @@ def test_kto_reference_adapter_needs_an_adapter_method():
     with pytest.raises(UserError, match="kto.ref_adapter"):
         load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, method="full", ref_adapter="x"), CpuPlatform(),
                                    "toy")
+    with pytest.raises(UserError, match="kto.ref_adapter toy: not an adapter directory"):   # before any output
+        load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, ref_adapter="toy"), CpuPlatform(), "toy")
 
 
 # -- short runs: the margin moves the right way ----------------------------------------------------------------
