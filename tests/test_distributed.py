@@ -344,7 +344,7 @@ def standin(monkeypatch):
     return module
 
 
-def test_two_process_relaunch_end_to_end(standin, tmp_path, capfd):
+def test_two_process_launch_end_to_end(standin, tmp_path, capfd):
     recipe = {"name": "d", "model": "toy", "steps": [{"sft": {"dataset": DATA, "devices": 2, "learning_rate": 0.001}}]}
     summary = run_recipe(recipe, runs_root=tmp_path)
     out = tmp_path / "d" / "sft"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import Unsupported, UserError
@@ -82,7 +83,7 @@ def qlora_zero3_blockers() -> list[str]:
     return out
 
 
-def training_arguments_extra(cfg, platform) -> dict:
+def training_arguments_extra(cfg: TrainBase, platform: Platform) -> dict[str, Any]:
     """Keyword arguments for TrainingArguments that make a torchrun worker train as one of many."""
     from swiftbox.training.distributed.ranks import world_size
 
@@ -96,7 +97,7 @@ def training_arguments_extra(cfg, platform) -> dict:
     return extra
 
 
-def model_device_map(cfg, platform):
+def model_device_map(cfg: TrainBase, platform: Platform) -> Optional[str]:
     """`device_map` for from_pretrained in a training step: each rank on its own local device; None when
     ZeRO-3 or FSDP shards the weights (transformers refuses a device_map with ZeRO-3)."""
     from swiftbox.training.distributed.ranks import local_rank
@@ -106,7 +107,7 @@ def model_device_map(cfg, platform):
     return platform.device_map(local_rank())
 
 
-def quantization_extra(cfg, torch_dtype) -> dict:
+def quantization_extra(cfg: TrainBase, torch_dtype: Any) -> dict[str, Any]:
     """Extra BitsAndBytesConfig kwargs: sharded QLoRA (ZeRO-3/FSDP) stores 4-bit weights in the compute dtype."""
     sharded = (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3) or bool(cfg.fsdp)
     return {"bnb_4bit_quant_storage": torch_dtype} if cfg.method == "qlora" and sharded else {}

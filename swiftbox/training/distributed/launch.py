@@ -242,7 +242,7 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
 
-    def pump():
+    def pump() -> None:
         for line in proc.stdout or ():
             sys.stderr.write(line)
             tail.append(line.rstrip("\n"))
