@@ -232,3 +232,19 @@ def test_a_new_lora_init_on_a_continued_adapter_is_refused_before_the_output_exi
         run_recipe({"name": "r", "model": str(adapter),
                     "steps": [{"sft": {"dataset": "d.jsonl", "lora": {"init": "pissa"}}}]}, runs_root=tmp_path)
     assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]
+
+
+@pytest.mark.parametrize("step,words", [({"merge": {}}, "merge: toy is a model"),
+                                        ({"quantize": {"method": "bnb"}}, None)])
+def test_merge_and_quantize_refuse_their_input_before_the_output_exists(tmp_path, step, words):
+    """merge's adapter chain and quantize's input are checked by check(): no <out>.partial is made."""
+    from swiftbox.errors import SwiftboxError
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "toy", "r": 8}))
+    model = "toy" if "merge" in step else str(adapter)
+    with pytest.raises(SwiftboxError) as err:
+        run_recipe({"name": "r", "model": model, "steps": [step]}, runs_root=tmp_path / "runs")
+    assert (words or "is an adapter, not a full model; merge first") in str(err.value)
+    assert [p.name for p in (tmp_path / "runs" / "r").iterdir()] == ["summary.json"]
