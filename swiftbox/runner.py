@@ -1,6 +1,7 @@
 """Runs a recipe: each step gets its input (the previous model artifact) and goes through one lifecycle,
-`_run_step`: check (refusals, nothing on disk yet) -> prepare `<out>.partial` -> run -> manifest -> commit
-(rename). Ends with runs/<name>/summary.json.
+`_run_step`: check (refusals against the platform and the input, nothing on disk yet) -> placement (one process
+here, or torchrun workers for a pipeline declared `distributed`) -> prepare `<out>.partial` -> run -> manifest ->
+commit (rename). Ends with runs/<name>/summary.json.
 
 A failure leaves no debris: a work dir the step left empty is removed, and a failed one-step command
 (`./launch.sh sft ...`) writes no summary (a recipe's summary records the failed step). Training
@@ -14,7 +15,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from swiftbox import disk, logs
 from swiftbox.artifacts import (
@@ -34,6 +35,11 @@ from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.recipe import Recipe, Step, load_recipe
 from swiftbox.steps import StepBase
 from swiftbox.versions import package_versions
+
+if TYPE_CHECKING:
+    from swiftbox.device.devices import Devices
+    from swiftbox.pipelines.base import Pipeline
+    from swiftbox.training.distributed.launch import LaunchPlan
 
 REDACTED_KEYS = {"api_key"}
 CHECKPOINTS = "checkpoints"     # training steps keep theirs under <output>.partial/checkpoints
@@ -117,7 +123,7 @@ def _earlier_ref(ref: Optional[str], step: Step, models: dict[str, str]) -> Opti
 
 def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: Path, platform: Platform,
               log: Callable[[str], None], models: dict[str, str]) -> tuple[Path, bool, dict[str, Any]]:
-    """check -> prepare output -> run -> manifest -> commit."""
+    """check -> placement -> prepare output -> run (here, or on the launched workers) -> manifest -> commit."""
     cfg = step.config
     pipeline = load_pipeline(step.kind)
     model_ref = _earlier_model(step, models) or current
@@ -127,8 +133,9 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     compare = getattr(cfg, "compare", None)
     if compare:                                         # eval's other models may name earlier steps too (@sft)
         cfg = cfg.model_copy(update={"compare": [_earlier_ref(r, step, models) for r in compare]})
-    pipeline.check(cfg, platform)                       # refusals (exit 2/3) while nothing is on disk
+    pipeline.check(cfg, platform, model_ref or "")     # refusals (exit 2/3) while nothing is on disk
     output = Path(cfg.output) if cfg.output else default_out
+    launch = _placement(pipeline, cfg, platform, recipe.header.devices, partial_dir(output))
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),
                           owned=cfg.output is None)
     ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "", work_dir=work,
@@ -139,7 +146,7 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
         log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{dtypes})")
     started = time.time()
     try:
-        result = pipeline.execute(cfg, ctx)
+        result = pipeline.execute(cfg, ctx) if launch is None else _on_workers(launch, pipeline, cfg, ctx)
         manifest = _manifest(recipe, step, ctx, result, started)
         if plan is not None:
             manifest.setdefault("dtype_plan", plan.as_dict())
@@ -154,6 +161,27 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)   # only now: until the commit they allow a resume
     log(f"      -> {output}  {_fmt_metrics(result.metrics)}")
     return output, pipeline.produces_model, result.metrics
+
+
+def _placement(pipeline: Pipeline[Any], cfg: StepBase, platform: Platform, header_devices: Optional[Devices],
+               work: Path) -> Optional[LaunchPlan]:
+    """Where the step runs: None for this process; a torchrun plan when a pipeline declared `distributed` needs
+    more than one process or another device (the launch refusals are raised here, before `<out>.partial`)."""
+    if not pipeline.distributed:
+        return None
+    from swiftbox.training.distributed.launch import plan_for
+
+    return plan_for(cfg, platform, header_devices, work)
+
+
+def _on_workers(plan: LaunchPlan, pipeline: Pipeline[Any], cfg: StepBase, ctx: StepContext) -> StepResult:
+    """Every worker runs the pipeline's `execute`; rank 0's StepResult comes back through the work dir."""
+    from swiftbox.steps import TrainBase
+    from swiftbox.training.distributed.launch import run_workers
+
+    if not isinstance(cfg, TrainBase):
+        raise TypeError(f"pipeline {pipeline.kind}: distributed with a {type(cfg).__name__} schema")
+    return run_workers(plan, pipeline.module, cfg, ctx)
 
 
 def _full_disk(exc: Exception, cfg: StepBase, work: Path, output: Path) -> SwiftboxError:

@@ -133,9 +133,9 @@ class TrainBase(StepBase):
     save_steps: int = Field(50, ge=1, le=BIG, description="checkpoint every N steps")
     logging_steps: int = Field(5, ge=1, le=BIG)
     resume: bool = Field(False, description="continue from the last checkpoint of an interrupted run")
-    # distributed (docs/distributed.md): more than one process relaunches the step under torchrun
+    # distributed (docs/distributed.md): more than one process and the runner launches the step under torchrun
     devices: Optional[DevicesField] = Field(None, description="devices per node: a count (4) or ids ('0,1,2,3', one id "
-                                                              "'3,'); more than one relaunches under torchrun")
+                                                              "'3,'); more than one trains under torchrun")
     nnodes: int = Field(1, ge=1, description="machines taking part; run the same step on each with its node_rank")
     node_rank: int = Field(0, ge=0, description="this machine's index, 0..nnodes-1 (0 writes the artifacts)")
     master_addr: str = Field("127.0.0.1", description="address of node 0, reachable from every node")

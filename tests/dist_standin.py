@@ -1,5 +1,6 @@
-"""A stand-in training pipeline for the relaunch tests: the same seam as sft/dpo, but the "training"
-is one real gloo all_reduce across the ranks. Workers import it as `tests.dist_standin`.
+"""A stand-in training pipeline for the launch tests: declared `distributed` like sft/dpo, so the runner launches
+its workers, but the "training" is one real gloo all_reduce across the ranks. Workers import it as
+`tests.dist_standin` (the module that declared the pipeline) and run its `execute`; nothing here relaunches.
 
 STANDIN_FAIL_RANK=N makes rank N raise after the all_reduce, while the others wait in a barrier.
 STANDIN_FAIL_KIND=user makes that failure a UserError (exit 2), =kill a SIGKILL, else a RuntimeError.
@@ -12,16 +13,11 @@ import os
 from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepResult, declare
 from swiftbox.steps import SftStep
-from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch, rank, world_size
+from swiftbox.training.distributed.ranks import is_main_process, rank, world_size
 from swiftbox.training.model import check_training
-
-NAME = "tests.dist_standin"
 
 
 def run(cfg: SftStep, ctx) -> StepResult:
-    result = maybe_relaunch(cfg, ctx, pipeline=NAME)
-    if result is not None:
-        return result
     import torch
     import torch.distributed as dist
 
@@ -43,4 +39,4 @@ def run(cfg: SftStep, ctx) -> StepResult:
     return StepResult(metrics={"allreduce_sum": total.item()}, info={"artifact": "standin"})
 
 
-PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run)
+PIPELINE = declare("sft", SftStep, produces_model=True, check=check_training, run=run, distributed=True)

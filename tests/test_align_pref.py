@@ -112,7 +112,7 @@ def test_device_refusals_come_from_the_shared_training_check(kind):
     from swiftbox.steps import STEP_TYPES
 
     with pytest.raises(Unsupported, match="lora"):
-        load_pipeline(kind).check(STEP_TYPES[kind](dataset=DPO_DATA, method="qlora"), NpuPlatform())
+        load_pipeline(kind).check(STEP_TYPES[kind](dataset=DPO_DATA, method="qlora"), NpuPlatform(), "toy")
 
 
 def test_kto_reference_adapter_needs_an_adapter_method():
@@ -121,7 +121,10 @@ def test_kto_reference_adapter_needs_an_adapter_method():
     from swiftbox.steps import KtoStep
 
     with pytest.raises(UserError, match="kto.ref_adapter"):
-        load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, method="full", ref_adapter="x"), CpuPlatform())
+        load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, method="full", ref_adapter="x"), CpuPlatform(),
+                                   "toy")
+    with pytest.raises(UserError, match="kto.ref_adapter toy: not an adapter directory"):   # before any output
+        load_pipeline("kto").check(KtoStep(dataset=KTO_DATA, ref_adapter="toy"), CpuPlatform(), "toy")
 
 
 # -- short runs: the margin moves the right way ----------------------------------------------------------------

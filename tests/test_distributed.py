@@ -1,7 +1,9 @@
 """Multi-process training (issue 8): launch plans for simulated NPU / CUDA, refusals, and real torchrun runs.
 
-The relaunch mechanics run end to end today through a stand-in pipeline (tests/dist_standin.py: a real
-gloo all_reduce on 2 processes); the slow test trains LoRA SFT on 2 processes for real.
+Launching is the runner's decision (issue 27): for a pipeline declared `distributed` the runner asks
+`launch.plan_for` and runs the workers, each of which runs the pipeline's `execute`. The mechanics run end to end
+through a stand-in pipeline (tests/dist_standin.py: a real gloo all_reduce on 2 processes); the slow test trains
+LoRA SFT on 2 processes for real.
 """
 from __future__ import annotations
 
@@ -17,20 +19,19 @@ import pytest
 
 from swiftbox.device import CpuPlatform, CudaPlatform, NpuPlatform, parse_devices
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
-from swiftbox.pipelines.base import StepContext
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
 from swiftbox.training.distributed import launch as distributed
 from swiftbox.training.distributed.args import PRESETS, check_distributed, preset_path, training_arguments_extra
-from swiftbox.training.distributed.launch import failure_error, maybe_relaunch, plan_launch
+from swiftbox.training.distributed.launch import failure_error, plan_for, plan_launch
 from tests.conftest import ROOT
 
 DATA = str(ROOT / "recipes" / "data" / "parity_sft.jsonl")
 
 
-def ctx_for(platform, tmp_path, kind="sft", header_devices=None):
-    return StepContext(recipe="r", kind=kind, index=0, input="toy", work_dir=tmp_path / "out.partial",
-                       output=tmp_path / "out", platform=platform, header_devices=parse_devices(header_devices))
+def plan_here(cfg, platform, tmp_path, header_devices=None):
+    """The launch plan the runner would make for this step (work dir <tmp>/out.partial)."""
+    return plan_launch(cfg, platform, tmp_path / "out.partial", parse_devices(header_devices))
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def flag(argv, name):
 @pytest.mark.parametrize("devices", ["0,1,2,3,4,5,6,7", 8, list(range(8))])
 def test_npu_plan_two_nodes_of_eight(npu8, tmp_path, devices):
     cfg = SftStep(dataset=DATA, devices=devices, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600)
-    plan = plan_launch(cfg, ctx_for(npu8, tmp_path))
+    plan = plan_here(cfg, npu8, tmp_path)
     argv = plan.argv
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     assert (flag(argv, "--nnodes"), flag(argv, "--node-rank"), flag(argv, "--nproc-per-node")) == ("2", "1", "8")
@@ -80,12 +81,9 @@ from tests.npu_sim import install_fake_npu
 install_fake_npu("Ascend910B2", 8)
 from swiftbox.device import current_platform
 from swiftbox.training.distributed.launch import plan_launch
-from swiftbox.pipelines.base import StepContext
 from swiftbox.steps import SftStep
-ctx = StepContext(recipe="r", kind="sft", index=0, input="toy", work_dir=Path("w"), output=Path("o"),
-                  platform=current_platform())
 cfg = SftStep(dataset="d.jsonl", devices=8, nnodes=2, node_rank=0, master_addr="10.0.0.1", master_port=29500)
-plan = plan_launch(cfg, ctx)
+plan = plan_launch(cfg, current_platform(), Path("w"))
 print(json.dumps({"argv": plan.argv, "env": plan.env, "backend": plan.backend, "world": plan.world_size}))
 """
 
@@ -125,11 +123,11 @@ def test_each_rank_loads_onto_its_own_device(npu8, cuda4, deepspeed_installed, m
 
 def test_npu_device_that_does_not_exist_is_bad_input(npu8, tmp_path):
     with pytest.raises(UserError, match="device 9 does not exist"):
-        plan_launch(SftStep(dataset=DATA, devices="0,9"), ctx_for(npu8, tmp_path))
+        plan_here(SftStep(dataset=DATA, devices="0,9"), npu8, tmp_path)
 
 
 def test_cuda_plan_one_node(cuda4, tmp_path, monkeypatch):
-    plan = plan_launch(SftStep(dataset=DATA, devices="2,3"), ctx_for(cuda4, tmp_path))
+    plan = plan_here(SftStep(dataset=DATA, devices="2,3"), cuda4, tmp_path)
     assert plan.backend == "nccl" and plan.world_size == 2
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3" and plan.env["SWIFTBOX_DEVICE"] == "cuda"
     assert "ASCEND_RT_VISIBLE_DEVICES" not in plan.env and "HCCL_CONNECT_TIMEOUT" not in plan.env
@@ -143,18 +141,19 @@ def test_one_process_on_another_card_goes_through_the_visible_env(cuda4, tmp_pat
     from swiftbox.training.distributed.launch import needs_launch
 
     cfg = SftStep(dataset=DATA, devices="3,")
-    assert needs_launch(cfg, ctx_for(cuda4, tmp_path)) and not needs_launch(cfg, ctx_for(CpuPlatform(), tmp_path))
-    assert not needs_launch(SftStep(dataset=DATA, devices=1), ctx_for(cuda4, tmp_path))
-    plan = plan_launch(cfg, ctx_for(cuda4, tmp_path))
+    assert needs_launch(cfg, cuda4) and not needs_launch(cfg, CpuPlatform())
+    assert not needs_launch(SftStep(dataset=DATA, devices=1), cuda4)
+    assert plan_for(cfg, CpuPlatform(), None, tmp_path) is None        # one CPU process: the runner's own
+    plan = plan_here(cfg, cuda4, tmp_path)
     assert plan.world_size == 1 and plan.env["CUDA_VISIBLE_DEVICES"] == "3"
 
 
 def test_recipe_level_devices_count_too(cuda4, tmp_path):
-    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices="0,1,2"))
+    plan = plan_here(SftStep(dataset=DATA), cuda4, tmp_path, "0,1,2")
     assert plan.world_size == 3 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
-    plan = plan_launch(SftStep(dataset=DATA), ctx_for(cuda4, tmp_path, header_devices=2))
+    plan = plan_here(SftStep(dataset=DATA), cuda4, tmp_path, 2)
     assert plan.world_size == 2 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"  # a count, as on the CLI
-    plan = plan_launch(SftStep(dataset=DATA, devices=[3]), ctx_for(cuda4, tmp_path, header_devices=2))
+    plan = plan_here(SftStep(dataset=DATA, devices=[3]), cuda4, tmp_path, 2)
     assert plan.world_size == 1 and plan.env["CUDA_VISIBLE_DEVICES"] == "3"   # the step's own wins
 
 
@@ -162,23 +161,57 @@ def test_refusals_come_first_even_for_one_process(tmp_path):
     from swiftbox.pipelines import load_pipeline
 
     with pytest.raises(Unsupported, match="gloo"):
-        load_pipeline("sft").check(SftStep(dataset=DATA, deepspeed="zero3"), CpuPlatform())
+        load_pipeline("sft").check(SftStep(dataset=DATA, deepspeed="zero3"), CpuPlatform(), "toy")
     with pytest.raises(Unsupported, match="gloo"):
         run_recipe({"name": "r", "model": "toy", "steps": [{"sft": {"dataset": DATA, "deepspeed": "zero3"}}]},
                    runs_root=tmp_path)
     assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]   # no sft.partial left behind
 
 
-def test_one_process_does_not_relaunch(tmp_path):
-    assert maybe_relaunch(SftStep(dataset=DATA), ctx_for(CpuPlatform(), tmp_path)) is None
-    assert maybe_relaunch(SftStep(dataset=DATA, devices=1), ctx_for(CpuPlatform(), tmp_path)) is None
+def test_one_process_runs_in_the_runner(tmp_path):
+    assert plan_for(SftStep(dataset=DATA), CpuPlatform(), None, tmp_path) is None
+    assert plan_for(SftStep(dataset=DATA, devices=1), CpuPlatform(), None, tmp_path) is None
+    assert plan_for(SftStep(dataset=DATA), CpuPlatform(), parse_devices(1), tmp_path) is None
+    assert plan_for(SftStep(dataset=DATA), CpuPlatform(), parse_devices(2), tmp_path).world_size == 2  # the header's
     assert training_arguments_extra(SftStep(dataset=DATA), CpuPlatform()) == {}
 
 
 def test_swiftbox_under_a_foreign_torchrun_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserError, match="devices: N"):
-        maybe_relaunch(SftStep(dataset=DATA, devices=2), ctx_for(CpuPlatform(), tmp_path))
+        plan_for(SftStep(dataset=DATA, devices=2), CpuPlatform(), None, tmp_path)
+
+
+@pytest.mark.parametrize("step,env,words", [
+    ({"devices": 2}, {"WORLD_SIZE": "2"}, "started under torchrun directly"),
+    ({"fsdp": "full_shard auto_wrap"}, {}, "this step runs one"),
+])
+def test_launch_refusals_come_before_the_output_exists(tmp_path, monkeypatch, step, env, words):
+    """The runner asks for the launch plan before it makes <out>.partial: a refused launch leaves nothing."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UserError, match=words):
+        run_recipe({"name": "r", "model": "toy", "steps": [{"sft": {"dataset": DATA, **step}}]}, runs_root=tmp_path)
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]
+
+
+def test_training_pipelines_declare_that_they_run_on_n_processes():
+    from swiftbox.pipelines import load_pipeline
+
+    training = {"sft", "pt", "dpo", "kto", "orpo", "simpo", "rm", "grpo", "gkd"}
+    for kind in ("sft", "pt", "dpo", "kto", "orpo", "simpo", "rm", "grpo", "gkd", "eval", "merge", "quantize",
+                 "serve", "chat", "download"):
+        pipeline = load_pipeline(kind)
+        assert pipeline.distributed == (kind in training), kind
+        assert pipeline.module == f"swiftbox.pipelines.{kind}"       # what a worker imports
+
+
+def test_no_pipeline_relaunches_itself():
+    """The launch is the runner's: no pipeline or training module names the launcher or a worker global."""
+    for path in [*(ROOT / "swiftbox" / "pipelines").rglob("*.py"), *(ROOT / "swiftbox" / "training").glob("*.py")]:
+        text = path.read_text()
+        assert "maybe_relaunch" not in text and "_WORKER_SPEC" not in text, path
+        assert "distributed.launch" not in text, path
 
 
 # -- DeepSpeed configs and refusals -------------------------------------------------------------
@@ -311,7 +344,7 @@ def standin(monkeypatch):
     return module
 
 
-def test_two_process_relaunch_end_to_end(standin, tmp_path, capfd):
+def test_two_process_launch_end_to_end(standin, tmp_path, capfd):
     recipe = {"name": "d", "model": "toy", "steps": [{"sft": {"dataset": DATA, "devices": 2, "learning_rate": 0.001}}]}
     summary = run_recipe(recipe, runs_root=tmp_path)
     out = tmp_path / "d" / "sft"
@@ -351,10 +384,10 @@ def test_a_rank_failing_mid_run_ends_the_job_naming_it(standin, tmp_path, monkey
 def test_user_env_is_respected(npu8, tmp_path, monkeypatch):
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "3600")
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5,6,7")
-    plan = plan_launch(SftStep(dataset=DATA, devices=2), ctx_for(npu8, tmp_path))
+    plan = plan_here(SftStep(dataset=DATA, devices=2), npu8, tmp_path)
     assert plan.env["HCCL_CONNECT_TIMEOUT"] == "3600" and plan.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
     with pytest.raises(UserError, match="makes only 4 visible"):
-        plan_launch(SftStep(dataset=DATA, devices=6), ctx_for(npu8, tmp_path))
+        plan_here(SftStep(dataset=DATA, devices=6), npu8, tmp_path)
 
 
 def free_port() -> int:

@@ -212,8 +212,8 @@ def test_vllm_rollouts_are_refused_off_cuda(tmp_path):
     from swiftbox.pipelines.grpo import check
 
     with pytest.raises(Unsupported, match="vllm-colocate is not available on cpu.*use_vllm: false"):
-        check(GrpoStep(dataset=DATA, use_vllm=True), CpuPlatform())
-    check(GrpoStep(dataset=DATA), CpuPlatform())
+        check(GrpoStep(dataset=DATA, use_vllm=True), CpuPlatform(), "toy")
+    check(GrpoStep(dataset=DATA), CpuPlatform(), "toy")
 
 
 def test_menu_reward_question_checks_the_file_as_typed(tmp_path):

@@ -76,14 +76,16 @@ def test_finetune_after_the_quickstart_greys_the_gptq_export_and_defaults_to_a_u
 
 
 def test_the_menu_and_the_pipeline_agree_on_what_cannot_be_fine_tuned(tmp_path):
-    from swiftbox.training.model import load_for_training
+    from swiftbox.device import CpuPlatform
+    from swiftbox.pipelines import load_pipeline
+    from swiftbox.steps import SftStep
 
     made = quickstart_runs(tmp_path / "runs")
     for found in artifacts.recent(tmp_path / "runs", ("model",)):
         menu_says = artifacts.refusal(found, "sft")
-        if menu_says:
+        if menu_says:   # the sft step's check, before any output exists
             with pytest.raises(UserError, match="cannot be fine-tuned"):
-                load_for_training(found.path, cfg=None, platform=None, dtype="float32")
+                load_pipeline("sft").check(SftStep(dataset="d.jsonl"), CpuPlatform(), str(found.path))
     assert artifacts.refusal(artifacts.describe(made["quantize"]), "sft")
 
 

@@ -167,7 +167,7 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
     from swiftbox.steps import QuantizeStep
 
     with pytest.raises(Unsupported) as err:   # the pipeline's check: before any output directory exists
-        load_pipeline("quantize").check(QuantizeStep(), NpuPlatform())
+        load_pipeline("quantize").check(QuantizeStep(), NpuPlatform(), "toy")
     assert err.value.exit_code == 3 and "gptq" in str(err.value) and "instead" in str(err.value)
 
 

@@ -112,7 +112,7 @@ def test_a_refusal_leaves_nothing_on_disk(tmp_path, monkeypatch):
     """check() runs before the output directory exists: a refused step leaves no <out>.partial behind."""
     from swiftbox.steps import SftStep
 
-    def check(cfg, platform):
+    def check(cfg, platform, input):
         raise Unsupported("qlora-bnb is not available here; use lora instead")
 
     def run(cfg, ctx):
@@ -151,7 +151,7 @@ def test_qlora_is_refused_before_the_output_exists(tmp_path):
 
     pipeline = load_pipeline("sft")
     with pytest.raises(Unsupported, match="lora"):
-        pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform())
+        pipeline.check(STEP_TYPES["sft"](dataset="d.jsonl", method="qlora"), NpuPlatform(), "toy")
 
 
 def test_a_step_names_an_earlier_steps_model_with_at(tmp_path, fake_pipelines):
@@ -176,3 +176,75 @@ def test_an_at_reference_to_no_earlier_model_is_refused_before_any_step_runs(tmp
     with pytest.raises(UserError, match=named.replace("(", r"\(").replace(")", r"\)")):
         run_recipe(recipe(*steps), runs_root=tmp_path)
     assert fake_pipelines == [] and not (tmp_path / "r" / "sft").exists()
+
+
+def test_check_sees_the_input_the_step_will_start_from(tmp_path, monkeypatch):
+    """check(cfg, platform, input) gets the resolved input: the recipe's model, then an earlier step's output."""
+    from swiftbox.steps import EvalStep, SftStep
+
+    seen = []
+
+    def run(cfg, ctx):
+        (ctx.work_dir / "weights.txt").write_text("x")
+        return StepResult()
+
+    table = {"sft": declare("sft", SftStep, produces_model=True, run=run,
+                            check=lambda cfg, platform, input: seen.append(("sft", input))),
+             "eval": declare("eval", EvalStep, produces_model=False, run=run,
+                             check=lambda cfg, platform, input: seen.append(("eval", input)))}
+    monkeypatch.setattr("swiftbox.runner.load_pipeline", lambda kind: table[kind])
+    run_recipe(recipe({"sft": {"dataset": "a.jsonl"}}, {"eval": {}}, {"eval": {"model": "@sft"}}), runs_root=tmp_path)
+    sft = str(tmp_path / "r" / "sft")
+    assert seen == [("sft", "toy"), ("eval", sft), ("eval", sft)]
+
+
+def _model_dir(path, **config):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize("make,step,cls,words", [
+    (lambda d: _model_dir(d, model_type="qwen2", quantization_config={"quant_method": "gptq"}), {},
+     "UserError", "gptq-quantized export cannot be fine-tuned"),
+    (lambda d: _model_dir(d, model_type="mistral3"), {}, "Unsupported", "cannot be trained here"),
+    (lambda d: _model_dir(d, model_type="lfm2"), {"packing": True}, "UserError", "packing: true on lfm2"),
+])
+def test_input_dependent_refusals_come_before_the_output_exists(tmp_path, make, step, cls, words):
+    """The real sft step: what the input model cannot take is refused by check, so no <out>.partial is made."""
+    from swiftbox.errors import SwiftboxError
+
+    model = make(tmp_path / "model")
+    with pytest.raises(SwiftboxError) as err:
+        run_recipe({"name": "r", "model": model, "steps": [{"sft": {"dataset": "d.jsonl", **step}}]},
+                   runs_root=tmp_path / "runs")
+    assert type(err.value).__name__ == cls and words in str(err.value)
+    assert [p.name for p in (tmp_path / "runs" / "r").iterdir()] == ["summary.json"]
+
+
+def test_a_new_lora_init_on_a_continued_adapter_is_refused_before_the_output_exists(tmp_path):
+    from swiftbox.errors import UserError
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "toy", "r": 8}))
+    with pytest.raises(UserError, match="lora.init pissa: the input .* is an adapter"):
+        run_recipe({"name": "r", "model": str(adapter),
+                    "steps": [{"sft": {"dataset": "d.jsonl", "lora": {"init": "pissa"}}}]}, runs_root=tmp_path)
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["summary.json"]
+
+
+@pytest.mark.parametrize("step,words", [({"merge": {}}, "merge: toy is a model"),
+                                        ({"quantize": {"method": "bnb"}}, None)])
+def test_merge_and_quantize_refuse_their_input_before_the_output_exists(tmp_path, step, words):
+    """merge's adapter chain and quantize's input are checked by check(): no <out>.partial is made."""
+    from swiftbox.errors import SwiftboxError
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "toy", "r": 8}))
+    model = "toy" if "merge" in step else str(adapter)
+    with pytest.raises(SwiftboxError) as err:
+        run_recipe({"name": "r", "model": model, "steps": [step]}, runs_root=tmp_path / "runs")
+    assert (words or "is an adapter, not a full model; merge first") in str(err.value)
+    assert [p.name for p in (tmp_path / "runs" / "r").iterdir()] == ["summary.json"]

@@ -1,5 +1,5 @@
 """`devices`: which accelerators a step uses. One type, one parser, one meaning for every step and the recipe
-header (training relaunches under torchrun with one process per device; serve's tensor-parallel size is the
+header (training runs under torchrun with one process per device; serve's tensor-parallel size is the
 number of devices).
 
     2 / --devices 2            a count: two devices (ids 0,1 - or the first two of CUDA_/ASCEND_RT_VISIBLE_DEVICES)

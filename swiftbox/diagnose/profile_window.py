@@ -15,20 +15,24 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from swiftbox.artifacts import write_json_atomic
 from swiftbox.errors import UserError
 
+if TYPE_CHECKING:
+    from swiftbox.pipelines.base import StepContext
+    from swiftbox.steps import TrainBase
 
-def profile_callbacks(cfg, ctx) -> list:
+
+def profile_callbacks(cfg: TrainBase, ctx: StepContext) -> list:
     """[ProfileWindow] when the step has a `profile:` block, else []. Put it first: it refuses a window beyond
     the run's last step before any other callback starts."""
     if getattr(cfg, "profile", None) is None:
         return []
-    from swiftbox.training.distributed.launch import is_main_process
+    from swiftbox.training.distributed.ranks import is_main_process
 
     return [ProfileWindow(cfg.profile, ctx.platform, ctx.work_dir / "profile", ctx.output / "profile",
                           ctx.kind, is_main_process())]

@@ -3,10 +3,14 @@ module declares (Pipeline).
 
 Every `swiftbox/pipelines/<kind>.py` ends with one declaration
 
-    PIPELINE: Pipeline[SftStep] = declare("sft", SftStep, produces_model=True, check=check, run=run)
+    PIPELINE: Pipeline[SftStep] = declare("sft", SftStep, produces_model=True, check=check, run=run,
+                                          distributed=True)
 
-where `check(cfg, platform)` refuses what this platform cannot do (exit 2/3, before any output directory
-exists) and `run(cfg, ctx) -> StepResult` does the work inside `ctx.work_dir`. The runner and the
+where `check(cfg, platform, input)` refuses what this platform cannot do or this input cannot take (exit 2/3,
+before any output directory exists; `input` is the model reference or artifact dir the step will start from,
+"" when it has none) and `run(cfg, ctx) -> StepResult` does the work inside `ctx.work_dir`. `distributed=True`
+says the step can run on N processes: the runner then decides whether to launch workers
+(swiftbox/training/distributed/launch.py) and every worker calls the same `execute`. The runner and the
 distributed worker call `pipeline.check(...)` and `pipeline.execute(...)`; nothing else about a pipeline
 is known above this module.
 """
@@ -76,14 +80,20 @@ class Pipeline(Protocol[C_contra]):
     @property
     def needs_input(self) -> bool: ...         # must the step have an input model (chat with a url needs none)
 
-    def check(self, cfg: C_contra, platform: Platform) -> None: ...
+    @property
+    def distributed(self) -> bool: ...         # can it run on N processes (the runner launches the workers)
+
+    @property
+    def module(self) -> str: ...               # the module whose PIPELINE this is (what a worker imports)
+
+    def check(self, cfg: C_contra, platform: Platform, input: str) -> None: ...
 
     def execute(self, cfg: C_contra, ctx: StepContext) -> StepResult: ...
 
     def dtype_plan(self, cfg: C_contra, ctx: StepContext) -> Optional[DtypePlan]: ...
 
 
-def no_check(cfg: Any, platform: Platform) -> None:
+def no_check(cfg: Any, platform: Platform, input: str) -> None:
     """For pipelines with nothing to refuse before their output directory exists."""
 
 
@@ -95,9 +105,15 @@ class Declared(Generic[C]):
     schema: type[C]
     produces_model: bool
     run: Callable[[C, StepContext], StepResult]
-    check: Callable[[C, Platform], None] = no_check
+    check: Callable[[C, Platform, str], None] = no_check
     needs_input: bool = True
     dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None
+    distributed: bool = False
+
+    @property
+    def module(self) -> str:
+        """The module that declared this pipeline (its `run`'s): a torchrun worker imports it and runs `execute`."""
+        return self.run.__module__
 
     def dtype_plan(self, cfg: C, ctx: StepContext) -> Optional[DtypePlan]:
         """What the step computes / saves / checks in, from swiftbox/device/dtype_policy.py (None: no model work).
@@ -120,7 +136,9 @@ class Declared(Generic[C]):
 
 
 def declare(kind: str, schema: type[C], *, produces_model: bool, run: Callable[[C, StepContext], StepResult],
-            check: Callable[[C, Platform], None] = no_check, needs_input: bool = True,
-            dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None) -> Declared[C]:
+            check: Callable[[C, Platform, str], None] = no_check, needs_input: bool = True,
+            dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None, distributed: bool = False) -> Declared[C]:
+    """`distributed=True`: the step can run on N processes (a training step: its schema carries devices, nnodes,
+    node_rank, ...); the runner launches them and each runs `execute`. The pipeline itself never relaunches."""
     return Declared(kind=kind, schema=schema, produces_model=produces_model, run=run, check=check,
-                    needs_input=needs_input, dtypes=dtypes)
+                    needs_input=needs_input, dtypes=dtypes, distributed=distributed)

@@ -19,17 +19,16 @@ from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DpoStep
 from swiftbox.training.model import check_training, dtype_plan
-from swiftbox.training.preference import Method, reference, run_preference
+from swiftbox.training.preference import Method, check_ref_adapter, reference, run_preference
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
               "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
 
 
-def check(cfg: DpoStep, platform: Platform) -> None:
+def check(cfg: DpoStep, platform: Platform, input: str) -> None:
     loss_types(cfg)
-    if cfg.ref_adapter and cfg.method == "full":
-        raise UserError("dpo.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not full")
-    check_training(cfg, platform)
+    check_ref_adapter("dpo", cfg)
+    check_training(cfg, platform, input)
 
 
 def loss_types(cfg: DpoStep) -> list[str]:
@@ -60,4 +59,5 @@ def build(cfg: DpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": reference("dpo", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)
+PIPELINE = declare("dpo", DpoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan,
+                   distributed=True)

@@ -28,7 +28,7 @@ MAX_CHOICES = 8          # distinct references at or below this count get a choi
 __all__ = ["PIPELINE", "choose", "generate", "matches", "perplexity"]
 
 
-def check(cfg: EvalStep, platform: Platform) -> None:
+def check(cfg: EvalStep, platform: Platform, input: str) -> None:
     if cfg.benchmark:
         from swiftbox.pipelines.eval_benchmarks import check_benchmarks
 

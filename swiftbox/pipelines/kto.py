@@ -11,17 +11,15 @@ from __future__ import annotations
 import copy
 
 from swiftbox.device import Platform
-from swiftbox.errors import UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import KtoStep
 from swiftbox.training.model import check_training, dtype_plan
-from swiftbox.training.preference import Method, reference, run_preference
+from swiftbox.training.preference import Method, check_ref_adapter, reference, run_preference
 
 
-def check(cfg: KtoStep, platform: Platform) -> None:
-    if cfg.ref_adapter and cfg.method == "full":
-        raise UserError("kto.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not full")
-    check_training(cfg, platform)
+def check(cfg: KtoStep, platform: Platform, input: str) -> None:
+    check_ref_adapter("kto", cfg)
+    check_training(cfg, platform, input)
 
 
 def run(cfg: KtoStep, ctx: StepContext) -> StepResult:
@@ -44,4 +42,5 @@ def build(cfg: KtoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": reference("kto", trainer, cfg, tm.continued)}
 
 
-PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)
+PIPELINE = declare("kto", KtoStep, produces_model=True, check=check, run=run, dtypes=dtype_plan,
+                   distributed=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
+from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import MergeStep
@@ -84,6 +85,12 @@ def dtype_plan(cfg: MergeStep, ctx: StepContext):
     except SwiftboxError:
         pass  # run() refuses the same input with its own message
     return dtype_policy.merge(ctx.platform, cfg.dtype, source)
+
+
+def check(cfg: MergeStep, platform: Platform, input: str) -> None:
+    """Every refusal of the adapters and their base (not adapters, missing base, mixed bases, a quantized base)
+    before any output exists; run() resolves the same chain again."""
+    adapter_chain(list(cfg.adapters or [input]), cfg.base)
 
 
 def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
@@ -195,4 +202,4 @@ def _datasets(adapters: list[Path]) -> list[str]:
     return out
 
 
-PIPELINE = declare("merge", MergeStep, produces_model=True, run=run, dtypes=dtype_plan)
+PIPELINE = declare("merge", MergeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

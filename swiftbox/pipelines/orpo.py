@@ -28,4 +28,5 @@ def build(cfg: OrpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": "none (ORPO)"}
 
 
-PIPELINE = declare("orpo", OrpoStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)
+PIPELINE = declare("orpo", OrpoStep, produces_model=True, check=check_training, run=run,
+                   dtypes=dtype_plan, distributed=True)

@@ -11,6 +11,7 @@ model: a later step continues from the policy before it.
 """
 from __future__ import annotations
 
+from swiftbox.device import Platform
 from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import RmStep
 from swiftbox.training.model import check_training, dtype_plan
@@ -18,6 +19,11 @@ from swiftbox.training.preference import Method, run_preference
 
 METHOD = Method("rm", "reward model", reward_head=True, margin_key="margin", accuracy_key="accuracy",
                 artifact="reward-model")
+
+
+def check(cfg: RmStep, platform: Platform, input: str) -> None:
+    """The training refusals; an input adapter is merged under the new head, so a new lora.init is fine here."""
+    check_training(cfg, platform, input, reward_head=True)
 
 
 def run(cfg: RmStep, ctx: StepContext) -> StepResult:
@@ -40,4 +46,5 @@ def build(cfg: RmStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"head": "score (num_labels=1)", "score_with": "swiftbox.training.reward_model.score"}
 
 
-PIPELINE = declare("rm", RmStep, produces_model=False, check=check_training, run=run, dtypes=dtype_plan)
+PIPELINE = declare("rm", RmStep, produces_model=False, check=check, run=run, dtypes=dtype_plan,
+                   distributed=True)

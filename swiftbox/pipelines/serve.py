@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from swiftbox.serving.backend import Backend
 
 
-def check(cfg: ServeStep, platform: Platform) -> None:
+def check(cfg: ServeStep, platform: Platform, input: str) -> None:
     check_exposure(cfg, api_key(cfg), lambda msg: None)   # the warning itself is printed by run()
     if cfg.engine == "vllm":
         platform.require("vllm")

@@ -29,4 +29,5 @@ def build(cfg: SimpoStep, tm, train, evals, args: dict, extra: list):
     return trainer, {"reference": "none (SimPO)"}
 
 
-PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run, dtypes=dtype_plan)
+PIPELINE = declare("simpo", SimpoStep, produces_model=True, check=check_training, run=run,
+                   dtypes=dtype_plan, distributed=True)

@@ -7,13 +7,19 @@ step, the platform's measured default and the registry's packing policy for the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.modeling.registry import PACKING_NOT_EXACT, packing_policy
+from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import training_arguments_extra
 
+if TYPE_CHECKING:
+    from swiftbox.pipelines.base import StepContext
 
-def batching(cfg, platform, model_type: str = "") -> tuple[bool, bool]:
+
+def batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> tuple[bool, bool]:
     """(packing, group_by_length) of an SFT step: what the step says, else the platform's measured default;
     grouping by length defaults on exactly when batches are padded (a flattened batch has no padding to save).
     Packing is never chosen for a model type whose packed rows are not exact (registry.PACKING_NOT_EXACT):
@@ -29,11 +35,12 @@ def batching(cfg, platform, model_type: str = "") -> tuple[bool, bool]:
                         f"or set packing: false")
     default = platform.sft_batching() == "packing" and exact
     packing = cfg.packing if cfg.packing is not None else default
-    grouped = cfg.group_by_length if cfg.group_by_length is not None else not packing
+    group: Optional[bool] = getattr(cfg, "group_by_length", None)
+    grouped = group if group is not None else not packing
     return packing, grouped
 
 
-def describe_batching(cfg, platform, model_type: str = "") -> str:
+def describe_batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> str:
     """The batching an SFT step runs, in words, for its header and `metrics.batching`: 'packing', 'padded,
     grouped by length' or 'padded', with the reason when the packing policy turned packing off."""
     packing, grouped = batching(cfg, platform, model_type)
@@ -43,7 +50,7 @@ def describe_batching(cfg, platform, model_type: str = "") -> str:
     return words
 
 
-def common_args(cfg, ctx, dtype: str, checkpoints: Path) -> dict:
+def common_args(cfg: TrainBase, ctx: StepContext, dtype: str, checkpoints: Path) -> dict[str, Any]:
     from swiftbox.training import tracking
 
     tracking.offline_defaults(cfg, checkpoints.parent)          # the step's work dir

@@ -8,7 +8,9 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+from swiftbox.steps import TrainBase
 
 STATE = "trainer_state.json"
 
@@ -56,7 +58,7 @@ def is_final(checkpoint: Path) -> bool:
     return isinstance(planned, int) and planned > 0 and state["global_step"] >= planned
 
 
-def resume_point(cfg, root: Path, log) -> Optional[str]:
+def resume_point(cfg: TrainBase, root: Path, log: Callable[[str], None]) -> Optional[str]:
     """The checkpoint to resume from (clamped: never one saved at the last step), or None to start fresh."""
     if not cfg.resume:
         return None

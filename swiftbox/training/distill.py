@@ -22,6 +22,15 @@ def same_tokenizer(student: Any, teacher: Any, ref: str) -> None:
                     "token, so pick a teacher that shares the student's tokenizer (a larger model of its family)")
 
 
+def check_teacher(ref: str, student: str, *, trust_remote_code: bool = False) -> None:
+    """The gkd step's `check`: the teacher resolved (fetched once, before any output exists) and its tokenizer
+    compared with the student's (`student` is the step's input), exit 2 when they differ - no weights load."""
+    from swiftbox.modeling.loading import load_tokenizer, resolve_spec
+
+    theirs = load_tokenizer(resolve_spec(ref), trust_remote_code=trust_remote_code)
+    same_tokenizer(load_tokenizer(resolve_spec(student), trust_remote_code=trust_remote_code), theirs, ref)
+
+
 def same_width(student: Any, teacher: Any, ref: str) -> None:
     """Equal tokenizers can still come with logit layers of different widths (vocabularies padded differently)."""
     mine = student.get_output_embeddings().weight.shape[0]

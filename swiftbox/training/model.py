@@ -11,7 +11,7 @@ SEQ_CLS so PEFT trains and saves the whole head too (modules_to_save).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
@@ -27,6 +27,10 @@ from swiftbox.modeling.loading import (
 from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import check_distributed
 
+if TYPE_CHECKING:
+    from swiftbox.device.dtype_policy import DtypePlan
+    from swiftbox.pipelines.base import StepContext
+
 
 @dataclass
 class TrainModel:
@@ -39,7 +43,7 @@ class TrainModel:
     initial_adapter: Optional[dict] = None   # PiSSA / OLoRA: the adapter's start, for the conversion when saving
 
 
-def dtype_plan(cfg: TrainBase, ctx):
+def dtype_plan(cfg: TrainBase, ctx: StepContext) -> DtypePlan:
     """The training steps' dtypes (swiftbox/device/dtype_policy.py): the platform's compute dtype; adapters saved in
     float32, full fine-tuning in the compute dtype."""
     from swiftbox.device import dtype_policy
@@ -47,19 +51,41 @@ def dtype_plan(cfg: TrainBase, ctx):
     return dtype_policy.training(ctx.platform, cfg.dtype, full=cfg.method == "full")
 
 
-def check_training(cfg: TrainBase, platform: Platform) -> None:
+def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_head: bool = False) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
-    naming LoRA), the distributed combinations known not to work and trackers not installed (report_to), before any
-    output or torchrun start."""
+    naming LoRA), the distributed combinations known not to work, trackers not installed (report_to), and an input
+    this step cannot train (`trainable_input`), before any output or torchrun start."""
     from swiftbox.training import tracking
 
     if cfg.method == "qlora":
         platform.require("qlora-bnb")
     check_distributed(cfg, platform)
     tracking.check(cfg, platform)
+    trainable_input(input, cfg, platform, reward_head=reward_head)
 
 
-def quantization_config(cfg, dtype: str, platform):
+def trainable_input(ref: str, cfg: TrainBase, platform: Platform, *, reward_head: bool = False) -> ModelSpec:
+    """The input resolved (fetched once, here) and every refusal that depends on it, from its files alone (no
+    weights load): a quantized export (exit 2), a family swiftbox cannot train (exit 3), `packing: true` where
+    packing is not exact for its model_type (exit 2), a new LoRA initialisation asked of an adapter this step
+    continues (exit 2). The step's `check` calls it before any output exists; `load_for_training` again for the spec."""
+    spec = resolve_spec(ref)
+    if spec.quantized:
+        raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
+                        f"model (method: qlora quantizes on the fly)")
+    refuse_family(spec.base)
+    from swiftbox.training.arguments import batching
+
+    batching(cfg, platform, config_model_type(spec.base))        # exit 2: packing: true where not exact
+    continues = bool(spec.adapters) and cfg.method != "full" and not reward_head
+    if continues and (cfg.lora.init != "default" or cfg.lora.use_rslora):
+        what = f"lora.init {cfg.lora.init}" if cfg.lora.init != "default" else "lora.use_rslora"
+        raise UserError(f"{what}: the input {ref} is an adapter, which this step trains further as it is; a new "
+                        "initialisation applies to a fresh adapter on a base model (drop it, or start from the base)")
+    return spec
+
+
+def quantization_config(cfg: TrainBase, dtype: str, platform: Platform) -> Any:
     if cfg.method != "qlora":
         return None
     platform.require("qlora-bnb")
@@ -71,7 +97,7 @@ def quantization_config(cfg, dtype: str, platform):
                               bnb_4bit_compute_dtype=torch_dtype(dtype), **quantization_extra(cfg, torch_dtype(dtype)))
 
 
-def lora_config(cfg, task_type: str = "CAUSAL_LM"):
+def lora_config(cfg: TrainBase, task_type: str = "CAUSAL_LM") -> Any:
     from peft import LoraConfig
 
     from swiftbox.training.lora_init import peft_kwargs
@@ -82,7 +108,7 @@ def lora_config(cfg, task_type: str = "CAUSAL_LM"):
                       **peft_kwargs(cfg.lora))
 
 
-def config_model_type(base) -> str:
+def config_model_type(base: object) -> str:
     """The model_type in the config.json of a local model directory ('' when there is none to read)."""
     import json
     from pathlib import Path
@@ -93,7 +119,7 @@ def config_model_type(base) -> str:
         return ""
 
 
-def refuse_family(base) -> None:
+def refuse_family(base: object) -> None:
     """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
     model_type, before any weights load."""
     from swiftbox.errors import Unsupported
@@ -104,17 +130,16 @@ def refuse_family(base) -> None:
         raise Unsupported(reason)
 
 
-def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool = False) -> TrainModel:
+def load_for_training(ref: str, cfg: TrainBase, platform: Platform, dtype: str, *,
+                      reward_head: bool = False) -> TrainModel:
+    """The model `ref` names, ready for this step to train (its refusals are `trainable_input`'s, which `check`
+    ran before any output existed)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    spec = resolve_spec(ref)
-    if spec.quantized:
-        raise UserError(f"model {ref}: a {spec.quantized}-quantized export cannot be fine-tuned; train on its base "
-                        f"model (method: qlora quantizes on the fly)")
-    refuse_family(spec.base)
     from swiftbox.training.arguments import batching
 
-    packed = batching(cfg, platform, config_model_type(spec.base))[0]   # exit 2 here: packing: true where not exact
+    spec = trainable_input(ref, cfg, platform, reward_head=reward_head)
+    packed = batching(cfg, platform, config_model_type(spec.base))[0]
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map
@@ -158,10 +183,6 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
             continued = str(adapters[-1])
             base_ref = adapter_base_ref(adapters[-1])
     initial = None
-    if continued is not None and (cfg.lora.init != "default" or cfg.lora.use_rslora):
-        what = f"lora.init {cfg.lora.init}" if cfg.lora.init != "default" else "lora.use_rslora"
-        raise UserError(f"{what}: the input {ref} is an adapter, which this step trains further as it is; a new "
-                        "initialisation applies to a fresh adapter on a base model (drop it, or start from the base)")
     if cfg.method != "full" and continued is None:
         from peft import get_peft_model
         from transformers import set_seed
@@ -189,7 +210,7 @@ def load_for_training(ref: str, cfg, platform, dtype: str, *, reward_head: bool 
                       save_dtype=dtype if master else None, initial_adapter=initial)
 
 
-def trainable_parameters(model) -> tuple[int, int]:
+def trainable_parameters(model: Any) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     return trainable, total

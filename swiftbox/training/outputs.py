@@ -3,13 +3,19 @@ StepResult whose info goes into the manifest (artifact kind, base model, method,
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from swiftbox.pipelines.base import StepContext, StepResult
+    from swiftbox.steps import TrainBase
+    from swiftbox.training.model import TrainModel
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def save_artifact(trainer, tm, ctx, selected):
+def save_artifact(trainer: Any, tm: TrainModel, ctx: StepContext, selected: Optional[list[str]]) -> None:
     """Adapter (or full model) + tokenizer into the work dir, safetensors only (the runner removes the
     checkpoints once the output is committed). A PiSSA / OLoRA adapter is saved converted to a plain LoRA, an rsLoRA
     one with its scaling stated the plain way (training/lora_init.py).
@@ -17,7 +23,7 @@ def save_artifact(trainer, tm, ctx, selected):
     Call it on every rank: under DeepSpeed ZeRO-3 / FSDP the weights are gathered collectively by
     `trainer.save_model`; only rank 0 writes files.
     """
-    from swiftbox.training.distributed.launch import is_main_process
+    from swiftbox.training.distributed.ranks import is_main_process
 
     model = trainer.model
     model.config.use_cache = True            # training turned it off; inference wants it back
@@ -40,12 +46,12 @@ def save_artifact(trainer, tm, ctx, selected):
         # the checkpoints stay until the runner has committed the output (a kill before that resumes from them)
 
 
-def resumed_step(resume) -> int | None:
+def resumed_step(resume: Optional[str]) -> int | None:
     """The global step of the checkpoint a run resumed from (`.../checkpoint-120` -> 120), None for a fresh run."""
     return int(resume.rsplit("-", 1)[1]) if resume else None
 
 
-def run_figures(trainer, tm, ctx, seconds: float, resume) -> dict:
+def run_figures(trainer: Any, tm: TrainModel, ctx: StepContext, seconds: float, resume: Optional[str]) -> dict:
     """The figures every training step reports: steps, wall time, parameter counts, peak memory, resume point."""
     from swiftbox.training.model import trainable_parameters
 
@@ -55,7 +61,8 @@ def run_figures(trainer, tm, ctx, seconds: float, resume) -> dict:
             "resumed_from_step": resumed_step(resume)}
 
 
-def step_result(metrics, artifact, tm, cfg, log_history):
+def step_result(metrics: dict[str, Any], artifact: str, tm: TrainModel, cfg: TrainBase,
+                log_history: list[dict]) -> StepResult:
     from swiftbox.pipelines.base import StepResult
 
     datasets = [cfg.dataset] if isinstance(cfg.dataset, str) else list(cfg.dataset)

@@ -1,25 +1,29 @@
-"""The flow every preference step shares (dpo, kto, orpo, simpo, rm), top to bottom:
+"""What every preference step shares (dpo, kto, orpo, simpo, rm): their part of the training flow
+(swiftbox/training/flow.py), top to bottom:
 
-relaunch under torchrun when asked -> read the rows (pairs, or KTO's labelled single completions) -> load the
-model (training.model: adapter / 4-bit / full; the rm step a one-output classification head) -> swiftbox splits
-each row itself (prompt = the generation prompt, replies = exactly what the template renders for them; long
-prompts cut from the left) -> the step's TRL trainer on those strings -> train (resume, finite-loss guard) ->
-first/last reward margin and accuracy, held-out figures with `eval_dataset`, loss curve PNG, TensorBoard, the
-artifact and its manifest info.
+read the rows (pairs, or KTO's labelled single completions; data that teaches nothing refused before the model
+loads) -> [the flow loads the model: adapter / 4-bit / full; the rm step a one-output classification head] ->
+swiftbox splits each row itself (prompt = the generation prompt, replies = exactly what the template renders for
+them; long prompts cut from the left) -> the step's TRL trainer on those strings -> [train: resume, finite-loss
+guard] -> first/last reward margin and accuracy, held-out figures with `eval_dataset` -> [the artifact, loss curve
+PNG, TensorBoard, manifest info].
 
 A step module supplies only what differs: a `Method` (names, data shape, log keys) and `build(cfg, tm, train,
 evals, args, callbacks) -> (trainer, info)`, where `args` are the TrainingArguments every step shares.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from swiftbox.errors import UserError
+from swiftbox.steps import TrainBase
+from swiftbox.training.flow import Curve, Trained, TrainingFlow
 
 if TYPE_CHECKING:
     from swiftbox.pipelines.base import StepContext, StepResult
+    from swiftbox.training.model import TrainModel
 
 
 @dataclass(frozen=True)
@@ -37,93 +41,108 @@ class Method:
         return "rows" if self.unpaired else "pairs"
 
 
-Build = Callable[[Any, Any, Any, Any, dict, list], "tuple[Any, dict]"]
+# build(cfg, tm, train, evals, args, callbacks) -> (trainer, manifest info)
+Build = Callable[[Any, "TrainModel", Any, Any, dict, list], "tuple[Any, dict]"]
 
 
-def run_preference(cfg: Any, ctx: StepContext, method: Method, build: Build) -> StepResult:
-    from swiftbox.training.distributed.launch import is_main_process, maybe_relaunch
+class PreferenceFlow(TrainingFlow[TrainBase]):
+    """The preference steps' part of the training flow; `method` and `build` are the step's own."""
 
-    relaunched = maybe_relaunch(cfg, ctx)
-    if relaunched is not None:
-        return relaunched
-    dtype = ctx.dtype(cfg.dtype)
+    def __init__(self, cfg: TrainBase, ctx: StepContext, method: Method, build: Build) -> None:
+        super().__init__(cfg, ctx)
+        self.method, self.build = method, build
+        self.kind, self.reward_head = method.kind, method.reward_head
+        self.built: dict = {}
 
-    from swiftbox import data
+    def read(self) -> None:
+        from swiftbox import data
+        from swiftbox.data.degenerate import check_preference_rows
+        from swiftbox.training.outputs import log
 
-    load, split = (data.load_kto, data.kto_strings) if method.unpaired else (data.load_dpo, data.dpo_strings)
-    rows = load(cfg.dataset, cfg.seed, cfg.max_row_chars)
-    if method.unpaired and len({r["label"] for r in rows}) < 2:
-        raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
-                        f"every row is {rows[0]['label'] if rows else 'missing'}")
-    from swiftbox.data.degenerate import check_preference_rows
-    from swiftbox.training.outputs import log
+        cfg, method = self.cfg, self.method
+        load = data.load_kto if method.unpaired else data.load_dpo
+        rows = load(cfg.dataset, cfg.seed, cfg.max_row_chars)
+        if method.unpaired and len({r["label"] for r in rows}) < 2:
+            raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
+                            f"every row is {rows[0]['label'] if rows else 'missing'}")
+        check_preference_rows(method.kind, cfg.dataset, rows, method.unpaired, log)   # before the model loads
+        self.rows = rows
+        self.eval_rows = load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
 
-    check_preference_rows(method.kind, cfg.dataset, rows, method.unpaired, log)   # before the model loads
-    eval_rows = load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
+    def prepare(self, tm: TrainModel) -> None:
+        from swiftbox import data
+        from swiftbox.training.outputs import log
 
-    from datasets import Dataset
+        cfg, method = self.cfg, self.method
+        split = data.kto_strings if method.unpaired else data.dpo_strings
+        examples, counts = split(self.rows, tm.tokenizer, cfg.max_length)
+        unit = method.unit
+        if counts.truncated or counts.dropped:
+            log(f"{method.kind}: {counts.truncated} {unit} truncated from the left to max_length {cfg.max_length} "
+                f"(system prompt and replies kept), {counts.dropped} dropped (empty reply, or a reply alone longer "
+                "than max_length)")
+        if not examples:
+            raise UserError(f"dataset {cfg.dataset}: no row has a non-empty reply that fits in max_length "
+                            f"{cfg.max_length}")
+        self.examples, self.counts = examples, counts
+        self.evals = split(self.eval_rows, tm.tokenizer, cfg.max_length)[0] if self.eval_rows else None
 
-    from swiftbox.diagnose.profile_window import profile_callbacks
-    from swiftbox.training import callbacks, checkpoints, curves
-    from swiftbox.training.arguments import common_args
-    from swiftbox.training.model import load_for_training
-    from swiftbox.training.outputs import run_figures, save_artifact, step_result
+    def trainer(self, tm: TrainModel, checkpoints: Path, callbacks: list) -> Any:
+        from datasets import Dataset
 
-    callbacks.silence_libraries()
-    tm = load_for_training(ctx.input, cfg, ctx.platform, dtype, reward_head=method.reward_head)
-    data.use_chat_template(tm.tokenizer, cfg.chat_template)
-    examples, counts = split(rows, tm.tokenizer, cfg.max_length)
-    unit = method.unit
-    if counts.truncated or counts.dropped:
-        log(f"{method.kind}: {counts.truncated} {unit} truncated from the left to max_length {cfg.max_length} "
-            f"(system prompt and replies kept), {counts.dropped} dropped (empty reply, or a reply alone longer than "
-            "max_length)")
-    if not examples:
-        raise UserError(f"dataset {cfg.dataset}: no row has a non-empty reply that fits in max_length {cfg.max_length}")
-    evals = split(eval_rows, tm.tokenizer, cfg.max_length)[0] if eval_rows else None
+        trainer, self.built = self.build(self.cfg, tm, Dataset.from_list(self.examples),
+                                         Dataset.from_list(self.evals) if self.evals else None,
+                                         self.args(checkpoints), callbacks)
+        return trainer
 
-    ckpt_dir = ctx.work_dir / "checkpoints"
-    extra = profile_callbacks(cfg, ctx) + callbacks.callbacks(f"{method.kind} {cfg.method}", ctx.work_dir,
-                                                              is_main_process())
-    trainer, info = build(cfg, tm, Dataset.from_list(examples), Dataset.from_list(evals) if evals else None,
-                          common_args(cfg, ctx, dtype, ckpt_dir), extra)
-    callbacks.quiet(trainer)
-    resume = checkpoints.resume_point(cfg, ckpt_dir, log)
-    ctx.platform.reset_peak_memory()
-    started = time.time()
-    from swiftbox.compat import trl_scores_label_positions_only
+    def metrics(self, tm: TrainModel, run: Trained) -> dict[str, Any]:
+        from swiftbox.training import curves
 
-    with trl_scores_label_positions_only():   # the policy and reference LM heads score the replies' tokens only
-        output = trainer.train(resume_from_checkpoint=resume)
-    seconds = time.time() - started
-    history = trainer.state.log_history
+        method, history, trainer, unit = self.method, run.history, run.trainer, self.method.unit
+        margins = curves.first_last(history, method.margin_key, "reward_margin")
+        metrics: dict[str, Any] = dict(margins)
+        if margins:
+            metrics["reward_margin"] = margins["reward_margin_last"]
+        metrics.update(curves.first_last(history, method.accuracy_key, "reward_accuracy"))
+        metrics.update(curves.first_last(history, "loss", "loss"))
+        if self.evals:
+            metrics.update(held_out(trainer.evaluate(), method))
+            sharded = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+            if method.reward_head and not sharded:
+                from swiftbox.training.reward_model import pairwise_accuracy
 
-    callbacks.check_finite_loss(method.kind, output.training_loss, trainer.state.global_step)
-    margins = curves.first_last(history, method.margin_key, "reward_margin")
-    metrics = {"train_loss": round(float(output.training_loss), 6), **margins}
-    if margins:
-        metrics["reward_margin"] = margins["reward_margin_last"]
-    metrics.update(curves.first_last(history, method.accuracy_key, "reward_accuracy"))
-    metrics.update(curves.first_last(history, "loss", "loss"))
-    if evals:
-        metrics.update(held_out(trainer.evaluate(), method))
-        sharded = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
-        if method.reward_head and not sharded:
-            from swiftbox.training.reward_model import pairwise_accuracy
+                metrics["eval_reward_accuracy"] = pairwise_accuracy(trainer.model, tm.tokenizer, self.evals)
+        metrics.update({unit: len(self.examples), f"dropped_{unit}": self.counts.dropped,
+                        f"truncated_{unit}": self.counts.truncated})
+        return metrics
 
-            metrics["eval_reward_accuracy"] = pairwise_accuracy(trainer.model, tm.tokenizer, evals)
-    metrics.update({unit: len(examples), f"dropped_{unit}": counts.dropped, f"truncated_{unit}": counts.truncated})
-    metrics.update(run_figures(trainer, tm, ctx, seconds, resume))
-    save_artifact(trainer, tm, ctx, selected=None if cfg.method == "full" else ["default"])  # every rank
-    if is_main_process():
-        keys = ("loss", method.margin_key, method.accuracy_key)
-        if curves.plot(history, ctx.work_dir / "loss.png", keys, f"{method.title} {cfg.method}"):
-            metrics["loss_curve"] = "loss.png"
-    result = step_result(metrics, "model" if cfg.method == "full" else "adapter", tm, cfg, history)
-    if method.artifact:
-        result.info["artifact"] = method.artifact
-    result.info.update(info)
-    return result
+    def curve(self) -> Curve:
+        method = self.method
+        return Curve(("loss", method.margin_key, method.accuracy_key), f"{method.title} {self.cfg.method}")
+
+    def info(self, tm: TrainModel, run: Trained) -> dict[str, Any]:
+        info: dict[str, Any] = {"artifact": self.method.artifact} if self.method.artifact else {}
+        return {**info, **self.built}
+
+
+def run_preference(cfg: TrainBase, ctx: StepContext, method: Method, build: Build) -> StepResult:
+    """A preference step: the training flow with the step's Method and trainer."""
+    return PreferenceFlow(cfg, ctx, method, build).run()
+
+
+def check_ref_adapter(kind: str, cfg: TrainBase) -> None:
+    """dpo / kto `check`: `ref_adapter` needs an adapter method, and must be an adapter directory (resolved here,
+    before any output exists)."""
+    ref = getattr(cfg, "ref_adapter", None)
+    if not ref:
+        return
+    if cfg.method == "full":
+        raise UserError(f"{kind}.ref_adapter: a reference adapter needs an adapter method (lora, qlora, dora), not "
+                        "full")
+    from swiftbox.modeling.loading import resolve_spec
+
+    if not resolve_spec(ref).adapters:
+        raise UserError(f"{kind}.ref_adapter {ref}: not an adapter directory (no adapter_config.json)")
 
 
 def exact_ids(dataset: Any, tokenizer: Any, sides: tuple[str, ...]) -> Any:

@@ -40,9 +40,13 @@ class QualityGateFailed(SwiftboxError):
     """The export broke a documented tolerance (exit 1); nothing was written."""
 
 
-def check(cfg: QuantizeStep, platform: Platform) -> None:
-    """Refusals that need only the device (exit 3 with the alternative)."""
-    platform.require(quant_methods.get(cfg.method).feature)
+def check(cfg: QuantizeStep, platform: Platform, input: str) -> None:
+    """Refusals that need only the device (exit 3 with the alternative), and an input these writers cannot take (an
+    adapter, an export already quantized: exit 2; a whole-step writer such as gguf checks its input itself)."""
+    method = quant_methods.get(cfg.method)
+    platform.require(method.feature)
+    if input and not method.whole_step:
+        check_input(input)
 
 
 def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
@@ -92,7 +96,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
     from swiftbox.pipelines.quantize import quality
 
-    check(cfg, ctx.platform)
+    check(cfg, ctx.platform, ctx.input)
     method = quant_methods.get(cfg.method)
     if method.whole_step:   # its writer measures and gates itself (gguf: in llama.cpp)
         return quant_methods.resolve(method.writer)(cfg, ctx)

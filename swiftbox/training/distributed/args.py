@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Optional
 
 from swiftbox.device import Platform
 from swiftbox.errors import Unsupported, UserError
@@ -82,9 +83,9 @@ def qlora_zero3_blockers() -> list[str]:
     return out
 
 
-def training_arguments_extra(cfg, platform) -> dict:
+def training_arguments_extra(cfg: TrainBase, platform: Platform) -> dict[str, Any]:
     """Keyword arguments for TrainingArguments that make a torchrun worker train as one of many."""
-    from swiftbox.training.distributed.launch import world_size
+    from swiftbox.training.distributed.ranks import world_size
 
     extra: dict = {}
     if world_size() > 1 or cfg.deepspeed or cfg.fsdp:
@@ -96,17 +97,17 @@ def training_arguments_extra(cfg, platform) -> dict:
     return extra
 
 
-def model_device_map(cfg, platform):
+def model_device_map(cfg: TrainBase, platform: Platform) -> Optional[str]:
     """`device_map` for from_pretrained in a training step: each rank on its own local device; None when
     ZeRO-3 or FSDP shards the weights (transformers refuses a device_map with ZeRO-3)."""
-    from swiftbox.training.distributed.launch import local_rank
+    from swiftbox.training.distributed.ranks import local_rank
 
     if cfg.fsdp or (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3):
         return None
     return platform.device_map(local_rank())
 
 
-def quantization_extra(cfg, torch_dtype) -> dict:
+def quantization_extra(cfg: TrainBase, torch_dtype: Any) -> dict[str, Any]:
     """Extra BitsAndBytesConfig kwargs: sharded QLoRA (ZeRO-3/FSDP) stores 4-bit weights in the compute dtype."""
     sharded = (cfg.deepspeed and zero_stage(cfg.deepspeed) == 3) or bool(cfg.fsdp)
     return {"bnb_4bit_quant_storage": torch_dtype} if cfg.method == "qlora" and sharded else {}

@@ -1,23 +1,21 @@
-"""Multi-process training: relaunch a training step under torchrun when it needs more than one process.
+"""Multi-process training: the runner's launcher for a step whose pipeline declares `distributed=True`.
 
-Contract used by the sft/dpo pipelines, at the very top of their `run(cfg, ctx)`:
-
-    from swiftbox.training.distributed.launch import maybe_relaunch
-    result = maybe_relaunch(cfg, ctx)
-    if result is not None:        # this process was the launcher; the workers did the work
-        return result
-
-and `is_main_process()` decides who writes artifacts (only global rank 0). The launcher writes a
-spec (step kind, validated config, input, work dir) to `<work_dir>/launch.json` and runs
+The runner (swiftbox/runner.py) asks `plan_for(cfg, platform, header_devices, work_dir)` after the step's
+`check` and before its output directory exists; that raises the launch refusals (swiftbox itself under a
+foreign torchrun, fsdp on one process, a device id this node lacks) and answers None when the step runs in the
+runner's own process. Otherwise the runner makes the work dir and calls `run_workers(plan, module, cfg, ctx)`,
+which writes a spec (step kind, validated config, input, work dir, the pipeline's module) to
+`<work_dir>/launch.json` and runs
 
     torchrun --nnodes N --node-rank R --nproc-per-node P --master-addr A --master-port PORT \
              -m swiftbox.training.distributed.worker <work_dir>/launch.json
 
 with the platform's child env (visible devices, HCCL_CONNECT_TIMEOUT, SWIFTBOX_DEVICE). Every worker
-rebuilds cfg/ctx and calls the same pipeline `run()`; there `maybe_relaunch` returns None because
-torchrun set WORLD_SIZE. Rank 0 hands its StepResult back through a file in the work dir, and the
-launcher's runner writes the manifest and commits the work dir as usual. Nothing here speaks any
-protocol of its own: rendezvous, process groups and failure handling are torchrun's.
+rebuilds cfg/ctx and calls the pipeline's `execute` (swiftbox/training/distributed/worker.py); a pipeline never
+relaunches itself and never asks whether it is a worker, only which rank it is (ranks.is_main_process decides
+who writes artifacts). Rank 0 hands its StepResult back through a file in the work dir, and the launcher's
+runner writes the manifest and commits the work dir as usual. Nothing here speaks any protocol of its own:
+rendezvous, process groups and failure handling are torchrun's.
 """
 from __future__ import annotations
 
@@ -34,31 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from swiftbox.device import Platform
 from swiftbox.device.devices import Devices
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
 from swiftbox.pipelines.base import StepContext, StepResult
-from swiftbox.steps import TrainBase
+from swiftbox.steps import StepBase, TrainBase
+from swiftbox.training.distributed.ranks import world_size
 
 SPEC_FILE = "launch.json"
 RESULT_FILE = ".launch-result.json"
-_WORKER_SPEC: Optional[dict] = None  # set by swiftbox.training.distributed.worker inside a torchrun worker
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def is_main_process() -> bool:
-    """True on global rank 0 (and in a single process): the only one that writes artifacts."""
-    return rank() == 0
 
 
 # -- the launch plan --------------------------------------------------------------------------
@@ -91,30 +73,30 @@ class LaunchPlan:
                 "devices": self.devices, "command": self.command_line(), **self.info}
 
 
-def requested_processes(cfg: TrainBase, ctx: StepContext) -> int:
-    return _processes_per_node(cfg, ctx)[0] * max(1, cfg.nnodes)
+def requested_processes(cfg: TrainBase, header_devices: Optional[Devices] = None) -> int:
+    return _processes_per_node(cfg, header_devices)[0] * max(1, cfg.nnodes)
 
 
-def _processes_per_node(cfg: TrainBase, ctx: StepContext) -> tuple[int, Optional[list[int]]]:
-    devices = step_devices(cfg, ctx)
+def _processes_per_node(cfg: TrainBase, header_devices: Optional[Devices]) -> tuple[int, Optional[list[int]]]:
+    devices = step_devices(cfg, header_devices)
     return (devices.n if devices else 1), (devices.resolve() if devices else None)
 
 
-def step_devices(cfg: TrainBase, ctx: StepContext) -> Optional[Devices]:
+def step_devices(cfg: TrainBase, header_devices: Optional[Devices] = None) -> Optional[Devices]:
     """The step's devices, else the recipe header's."""
-    return cfg.devices if cfg.devices is not None else ctx.header_devices
+    return cfg.devices if cfg.devices is not None else header_devices
 
 
-def needs_launch(cfg, ctx) -> bool:
+def needs_launch(cfg: TrainBase, platform: Platform, header_devices: Optional[Devices] = None) -> bool:
     """More than one process, or one process on a device other than the first (e.g. devices: '3,'):
     a device is picked through the visible-devices env, which only a fresh process can get."""
-    if requested_processes(cfg, ctx) > 1:
+    if requested_processes(cfg, header_devices) > 1:
         return True
-    ids = _processes_per_node(cfg, ctx)[1]
-    return bool(ctx.platform.visible_devices_env and ids and ids != [0])
+    ids = _processes_per_node(cfg, header_devices)[1]
+    return bool(platform.visible_devices_env and ids and ids != [0])
 
 
-def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = None) -> list[str]:
+def torchrun_argv(cfg: TrainBase, nproc: int, spec_path: Path, *, python: Optional[str] = None) -> list[str]:
     """`python -m torch.distributed.run` (= torchrun, same interpreter) with the rendezvous flags.
 
     One node with the default port uses `--standalone` (torchrun picks a free port, so two runs on one
@@ -131,12 +113,29 @@ def torchrun_argv(cfg, nproc: int, spec_path: Path, *, python: Optional[str] = N
     return argv
 
 
-def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
+def plan_for(cfg: StepBase, platform: Platform, header_devices: Optional[Devices],
+             work_dir: Path) -> Optional[LaunchPlan]:
+    """The runner's question for a step that can run on N processes: None when it runs in this process, else the
+    torchrun launch. Raises the launch refusals (exit 2) - before the runner makes the step's work dir."""
+    if not isinstance(cfg, TrainBase):
+        raise TypeError(f"{type(cfg).__name__}: a distributed pipeline's schema is a TrainBase (devices, nnodes, ...)")
+    if world_size() > 1:
+        raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
+                        "instead - swiftbox runs torchrun itself and prints the command")
+    if not needs_launch(cfg, platform, header_devices):
+        if cfg.fsdp:
+            raise UserError(f"fsdp: {cfg.fsdp!r} shards the model across processes, and this step runs one; "
+                            "set devices: 2 or more, or drop fsdp")
+        return None
+    return plan_launch(cfg, platform, work_dir, header_devices)
+
+
+def plan_launch(cfg: TrainBase, platform: Platform, work_dir: Path,
+                header_devices: Optional[Devices] = None) -> LaunchPlan:
     """Build the torchrun command and worker env (the pipeline's check has vetted the request)."""
-    platform = ctx.platform
-    nproc, ids = _processes_per_node(cfg, ctx)
-    ids = _device_ids(platform, step_devices(cfg, ctx), nproc, ids)
-    spec_path = spec_path or Path(ctx.work_dir) / SPEC_FILE
+    nproc, ids = _processes_per_node(cfg, header_devices)
+    ids = _device_ids(platform, step_devices(cfg, header_devices), nproc, ids)
+    spec_path = Path(work_dir) / SPEC_FILE
     env = platform.env_for(ids)
     for key in platform.default_env:  # the user's own HCCL_CONNECT_TIMEOUT etc. win over our defaults
         if os.environ.get(key):
@@ -147,7 +146,8 @@ def plan_launch(cfg, ctx, *, spec_path: Optional[Path] = None) -> LaunchPlan:
                       devices=ids, spec_path=spec_path)
 
 
-def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Optional[list[int]]:
+def _device_ids(platform: Platform, value: Optional[Devices], nproc: int,
+                ids: Optional[list[int]]) -> Optional[list[int]]:
     """The physical ids the workers see. A count under a user's own CUDA_/ASCEND_RT_VISIBLE_DEVICES takes
     the first N of those; explicit ids are checked against the devices this machine has."""
     var = platform.visible_devices_env
@@ -166,7 +166,7 @@ def _device_ids(platform, value, nproc: int, ids: Optional[list[int]]) -> Option
     return ids
 
 
-def _device_count(platform) -> Optional[int]:
+def _device_count(platform: Platform) -> Optional[int]:
     try:
         return int(platform.device_count())
     except Exception:
@@ -180,35 +180,17 @@ def _pythonpath() -> str:
     return os.pathsep.join([root, *parts])
 
 
-# -- the seam ---------------------------------------------------------------------------------
-def maybe_relaunch(cfg, ctx, *, pipeline: Optional[str] = None):
-    """None when this process should train (one process, or already a torchrun worker).
-
-    Otherwise run the step under torchrun, wait, and return rank 0's StepResult with the world size
-    recorded. `pipeline` names the module whose run() the workers call (default swiftbox.pipelines.<kind>).
-    """
-    if _WORKER_SPEC is not None:
-        return None
-    if world_size() > 1:
-        raise UserError("swiftbox was started under torchrun directly; set devices: N (and nnodes/node_rank) "
-                        "instead - swiftbox runs torchrun itself and prints the command")
-    if not needs_launch(cfg, ctx):
-        if getattr(cfg, "fsdp", None):
-            raise UserError(f"fsdp: {cfg.fsdp!r} shards the model across processes, and this step runs one; "
-                            "set devices: 2 or more, or drop fsdp")
-        return None
-    return launch(cfg, ctx, pipeline=pipeline or f"swiftbox.pipelines.{ctx.kind}")
-
-
-def launch(cfg: TrainBase, ctx: StepContext, *, pipeline: str,
-           log: Optional[Callable[[str], None]] = None) -> StepResult:
+# -- running the workers -----------------------------------------------------------------------
+def run_workers(plan: LaunchPlan, module: str, cfg: TrainBase, ctx: StepContext, *,
+                log: Optional[Callable[[str], None]] = None) -> StepResult:
+    """Run the step's workers under torchrun (each imports `module` and runs its PIPELINE's execute), wait, and
+    return rank 0's StepResult with the world size and the launch recorded."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan = plan_launch(cfg, ctx)
     _prefetch_model(ctx.input)
     work = Path(ctx.work_dir)
     result_path = work / RESULT_FILE
     result_path.unlink(missing_ok=True)
-    write_spec(plan.spec_path, cfg, ctx, pipeline=pipeline)
+    write_spec(plan.spec_path, cfg, ctx, pipeline=module)
     if cfg.nnodes > 1 and cfg.master_addr in ("127.0.0.1", "localhost"):
         log(f"swiftbox: note: nnodes={cfg.nnodes} with master_addr {cfg.master_addr}: other machines cannot reach it; "
             "set master_addr to node 0's address")
@@ -242,7 +224,7 @@ def _prefetch_model(ref: Optional[str]) -> None:
         resolve_model(ref)
 
 
-def write_spec(path: Path, cfg, ctx, *, pipeline: str) -> None:
+def write_spec(path: Path, cfg: StepBase, ctx: StepContext, *, pipeline: str) -> None:
     from swiftbox.artifacts import write_json_atomic
 
     write_json_atomic(path, {
@@ -260,7 +242,7 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
 
-    def pump():
+    def pump() -> None:
         for line in proc.stdout or ():
             sys.stderr.write(line)
             tail.append(line.rstrip("\n"))
@@ -333,6 +315,5 @@ def _error_for(code: int) -> type:
     return {UserError.exit_code: UserError, Unsupported.exit_code: Unsupported}.get(code, SwiftboxError)
 
 
-__all__ = ["LaunchPlan", "is_main_process", "launch", "local_rank", "maybe_relaunch", "needs_launch", "plan_launch",
-           "rank",
-           "requested_processes", "torchrun_argv", "world_size", "failure_error"]
+__all__ = ["LaunchPlan", "failure_error", "needs_launch", "plan_for", "plan_launch", "requested_processes",
+           "run_workers", "torchrun_argv"]

@@ -1,9 +1,10 @@
 """One torchrun worker: `python -m swiftbox.training.distributed.worker <work_dir>/launch.json`.
 
 torchrun starts this once per rank with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR set. It rebuilds the
-step's config and context from the spec the launcher wrote, then calls the pipeline's own `run()`,
-where `maybe_relaunch` returns None (WORLD_SIZE > 1) and training proceeds under accelerate /
-transformers' distributed support. Rank 0 hands its StepResult back to the launcher in the work dir.
+step's config and context from the spec the runner's launcher wrote (launch.run_workers), imports the module
+that declared the pipeline and calls its `PIPELINE.execute(cfg, ctx)` - the same call the runner makes for one
+process; training proceeds under accelerate / transformers' distributed support. The step's `check` ran once,
+in the launcher, and is not repeated here. Rank 0 hands its StepResult back to the launcher in the work dir.
 A failure prints one marked line naming the rank, then exits with the error's exit code, so the
 launcher can report it as one line.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 from swiftbox.errors import SwiftboxError
 from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import StepBase
-from swiftbox.training.distributed import launch as distributed
+from swiftbox.training.distributed.launch import RESULT_FILE, worker_mark
+from swiftbox.training.distributed.ranks import is_main_process, rank
 
 
 def load_spec(path: str) -> dict:
@@ -48,10 +50,10 @@ def run_spec(spec: dict) -> StepResult:
     cfg, ctx = build(spec)
     pipeline = importlib.import_module(spec["pipeline"]).PIPELINE
     result = pipeline.execute(cfg, ctx)
-    if distributed.is_main_process():
+    if is_main_process():
         from swiftbox.artifacts import write_json_atomic
 
-        write_json_atomic(ctx.work_dir / distributed.RESULT_FILE, {"metrics": result.metrics, "info": result.info})
+        write_json_atomic(ctx.work_dir / RESULT_FILE, {"metrics": result.metrics, "info": result.info})
     return result
 
 
@@ -63,9 +65,7 @@ def main(argv: list[str]) -> int:
     logs.quiet_gptqmodel()
     logs.quiet_progress_bars()
     try:
-        spec = load_spec(spec_path)
-        distributed._WORKER_SPEC = spec
-        run_spec(spec)
+        run_spec(load_spec(spec_path))
     except BaseException as exc:
         failed_at = time.time()
         if isinstance(exc, SystemExit) and exc.code in (0, None):
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         if not isinstance(exc, SwiftboxError):
             traceback.print_exc()
         message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        print(distributed.worker_mark(distributed.rank(), code, failed_at, message), file=sys.stderr, flush=True)
+        print(worker_mark(rank(), code, failed_at, message), file=sys.stderr, flush=True)
         return code  # no teardown: the other ranks may be waiting on us; torchrun stops them
     _shutdown()
     return 0
