@@ -241,6 +241,19 @@ def transformers_server(model_dir: Path, platform, dtype: str) -> Child | str:
     return Child("transformers-serve", argv, port)
 
 
+def warm_up(call, reasons: dict, peer: str | None = None) -> bool:
+    """Run one warm-up call. A peer's failure (`peer`: its phase name) is recorded in `reasons` and the bench goes
+    on without it (transformers serve 5.24 has closed its stream mid-answer here); our own server's is raised."""
+    try:
+        call()
+    except Exception as exc:
+        if peer is None:
+            raise
+        reasons[peer] = f"warm-up: {type(exc).__name__}: {str(exc)[:300]}"
+        return False
+    return True
+
+
 class GenerateLoop:
     """bench/_generate_loop.py in its own process: a plain model.generate loop, one request at a time."""
 
@@ -375,7 +388,9 @@ def main() -> int:
         for name, child in (("swiftbox", ours), ("swiftbox-bf16", ours_bf16), ("transformers", theirs)):
             if child:   # warm-up: first requests pay for lazy initialisation
                 model = "bench" if name.startswith("swiftbox") else str(model_dir)
-                asyncio.run(drive(child.url, model, reqs[:2], 2, {}))
+                peer = None if name.startswith("swiftbox") else "transformers_serve"
+                if not warm_up(lambda u=child.url, m=model: asyncio.run(drive(u, m, reqs[:2], 2, {})), reasons, peer):
+                    phases.pop("transformers_serve", None)
         if loop:
             loop.run(reqs[:1])
 

@@ -6,10 +6,11 @@ Slow and opt-in (`-m slow`). The CLIs come from npm into $SWIFTBOX_CACHE/agent-c
 the test is skipped with the reason when node/npm is missing or npm cannot reach its registry. HOME is a
 temporary directory for each CLI, so nothing of the user's own setup is read or written.
 
-The model: $SWIFTBOX_AGENT_CLI_MODEL, else the SmolLM2-135M-Instruct directory when this machine has it, else
-the toy. Codex sends ~2k tokens of instructions and tools even when trimmed (config below) and treats an
-answer cut at max_output_tokens (`response.incomplete`) as an error, so it needs a model that ends its own
-answers: with the toy (random weights, never an end token) the Codex test is skipped, saying so.
+The model: $SWIFTBOX_AGENT_CLI_MODEL (e.g. a local fine-tune) for both CLIs; unset, Claude Code runs on the toy
+and Codex on the registry's real model `smollm2-135m-instruct` (the real_model_dir fixture: skipped, saying
+why, where it cannot be had). Codex sends ~2k tokens of instructions and tools even when trimmed (config
+below) and treats an answer cut at max_output_tokens (`response.incomplete`) as an error, so it needs a model
+that ends its own answers: with the toy (random weights, never an end token) the Codex test is skipped, saying so.
 """
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ pytestmark = pytest.mark.slow
 KEY = "agent-cli-key"
 NAME = "local"
 PACKAGES = ["@anthropic-ai/claude-code@^2.1.197", "@openai/codex@^0.169.0"]
-REAL = Path("/work/realmodel/smollm2-135m-instruct")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def model_ref() -> str:
-    return os.environ.get("SWIFTBOX_AGENT_CLI_MODEL") or (str(REAL) if (REAL / "config.json").exists() else "toy")
+@pytest.fixture
+def model_ref(request) -> str:
+    """$SWIFTBOX_AGENT_CLI_MODEL, else the registry's real model (conftest's real_model_dir)."""
+    return os.environ.get("SWIFTBOX_AGENT_CLI_MODEL") or str(request.getfixturevalue("real_model_dir"))
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,9 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: int = 300) -> s
 
 
 def test_claude_code_completes_a_turn(clis, tmp_path):
-    """On the toy: Claude Code takes an answer cut at max_tokens (it asks to resume, then stops)."""
-    with serving("toy", tmp_path / "serve.log") as url:
+    """On the toy (or $SWIFTBOX_AGENT_CLI_MODEL): Claude Code takes an answer cut at max_tokens (it asks to
+    resume, then stops)."""
+    with serving(os.environ.get("SWIFTBOX_AGENT_CLI_MODEL") or "toy", tmp_path / "serve.log") as url:
         done = run([str(clis / "claude"), "-p", "Say hi", "--tools", "", "--system-prompt", "Be brief."], {
             "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY,
             "ANTHROPIC_MODEL": NAME, "ANTHROPIC_SMALL_FAST_MODEL": NAME, "ANTHROPIC_DEFAULT_HAIKU_MODEL": NAME,
@@ -139,8 +142,8 @@ wire_api = "responses"
 """
 
 
-def test_codex_completes_a_turn(clis, tmp_path):
-    ref = model_ref()
+def test_codex_completes_a_turn(clis, model_ref, tmp_path):
+    ref = model_ref
     if ref == "toy":
         pytest.skip("the toy never ends an answer and Codex treats response.incomplete as an error: set "
                     "SWIFTBOX_AGENT_CLI_MODEL to a model that ends its answers")

@@ -49,6 +49,21 @@ def test_the_old_layout_is_caught_before_a_server_starts(tmp_path):
     assert problem is not None and problem.startswith(("a chat does not encode", "a chat role encodes to <unk>"))
 
 
+def test_a_peer_failing_its_warm_up_is_skipped_with_the_reason_ours_is_not():
+    import httpx
+
+    def broken():
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    reasons: dict = {}
+    assert bench.warm_up(lambda: None, reasons, "transformers_serve") is True and reasons == {}
+    assert bench.warm_up(broken, reasons, "transformers_serve") is False
+    assert reasons == {"transformers_serve": "warm-up: RemoteProtocolError: peer closed connection without "
+                                             "sending complete message body"}
+    with pytest.raises(httpx.RemoteProtocolError):
+        bench.warm_up(broken, {}, None)
+
+
 @pytest.mark.slow
 def test_bench_serve_prints_its_json_line(tmp_path):
     cmd = [sys.executable, str(ROOT / "bench" / "serve.py"), "--layers", "1", "--requests", "2", "--concurrency", "2",

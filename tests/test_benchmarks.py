@@ -201,16 +201,6 @@ def test_eval_step_compares_models_in_one_table(tmp_path, monkeypatch, capsys):
 
 # -- end to end with real models (slow): every shipped task runs offline through the harness's HF model -------------
 
-def real_model(request) -> str:
-    try:
-        return str(request.getfixturevalue("real_model_dir"))
-    except pytest.FixtureLookupError:
-        local = Path("/work/realmodel/smollm2-135m-instruct")
-        if not local.is_dir():
-            pytest.skip("no real model here (the real_model_dir fixture)")
-        return str(local)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["toy", "real"])
 def test_every_shipped_task_runs_offline_end_to_end(which, request, tmp_path, monkeypatch):
@@ -218,7 +208,7 @@ def test_every_shipped_task_runs_offline_end_to_end(which, request, tmp_path, mo
     from swiftbox.runner import run_step
 
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))      # nothing cached from earlier runs
-    model = "toy" if which == "toy" else real_model(request)
+    model = "toy" if which == "toy" else str(request.getfixturevalue("real_model_dir"))
     entry = run_step("eval", {"model": model, "benchmark": ",".join(ALL), "limit": 2, "max_gen_tokens": 8,
                               "batch_size": 4}, runs_root=tmp_path, device="cpu")
     manifest = json.loads((Path(entry["output"]) / "swiftbox.json").read_text())
