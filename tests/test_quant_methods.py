@@ -141,7 +141,7 @@ def test_the_step_dispatches_to_a_whole_step_writer(fake, tmp_path):
 
     quant_methods.METHODS["fake4"] = replace(FAKE, writer=f"{__name__}:_whole_step", whole_step=True)
     cfg = QuantizeStep(method="fake4", bits=4)
-    quantize.check(cfg, CpuPlatform())
+    quantize.check(cfg, CpuPlatform(), "toy")   # a whole-step writer checks its own input
     ctx = type("Ctx", (), {"platform": CpuPlatform(), "input": "toy", "work_dir": tmp_path})()
     assert quantize.run(cfg, ctx).metrics == {"bits": 4}
     assert CALLS == ["fake4 step"]
