@@ -170,6 +170,38 @@ def test_answering_the_reference_scores_1_and_a_wrong_answer_the_floor(stub_scor
     assert right["rows"][name] == sum(t.rows for t in data.locate(catalog.BENCHMARKS[name], None))  # every row scored
 
 
+def test_the_harness_output_goes_to_the_run_log_not_the_screen(tmp_path, monkeypatch, capfd):
+    """lm-eval's and datasets' progress bars and prints (issue 26: quiet on a terminal and in a pipe) land in the
+    run's log while the harness runs; the terminal is restored after."""
+    pytest.importorskip("lm_eval")
+    import os
+
+    from swiftbox import logs
+    from swiftbox.benchmarks import harness
+
+    run_log = logs.RunLog()
+    run_log.attach(tmp_path / "swiftbox.log")
+    monkeypatch.setattr(logs, "_run_log", run_log)
+    monkeypatch.delenv(logs.ENV, raising=False)
+    lm = stub_lm(True)
+    answer = lm.generate_until
+
+    def noisy(requests, disable_tqdm=False):
+        os.write(2, b"NOISY-HARNESS-LINE\n")
+        return answer(requests, disable_tqdm)
+
+    monkeypatch.setattr(lm, "generate_until", noisy)
+    datas = data.locate(catalog.BENCHMARKS["gsm8k"], None)
+    out = harness.evaluate(lm, datas, limit=2, shots=0, chat_template=False)
+    os.write(2, b"after the harness\n")
+    err = capfd.readouterr().err
+    assert out["rows"]["gsm8k"] == 2
+    assert "NOISY-HARNESS-LINE" not in err and "Running generate_until" not in err
+    assert "after the harness" in err                                  # the terminal is back
+    logged = (tmp_path / "swiftbox.log").read_text()
+    assert "NOISY-HARNESS-LINE" in logged and "--- lm-eval gsm8k: its output ---" in logged
+
+
 def test_ifeval_slice_needs_no_nltk_sentence_data():
     rows = [json.loads(line) for line in open(data.SHIPPED / "google" / "IFEval" / "train.jsonl")]
     from swiftbox.benchmarks.harness import NEEDS_PUNKT

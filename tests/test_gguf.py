@@ -74,6 +74,43 @@ def test_llama3_stops_at_eot_and_leaves_begin_of_text_to_llamacpp():
     assert p.generation == "<|start_header_id|>assistant<|end_header_id|>\n\n"
 
 
+def test_smollm2_keeps_its_first_im_start_where_the_gguf_adds_no_bos():
+    """SmolLM2's bos_token is `<|im_start|>`, the opener of its first turn, and its GGUF says add_bos_token false:
+    the TEMPLATE must write that text itself (left out, Ollama saw "system\nYou are ..." with no turn opener)."""
+    from swiftbox.llamacpp import modelfile as M
+
+    template = (TEMPLATES / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text()
+    special = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    p, go = M.translate(template, special, strip_bos=False)
+    assert p.bos == "" and go.startswith("{{ if not .System }}<|im_start|>system\nYou are a helpful AI assistant")
+    assert '{{ if eq .Role "system" }}<|im_start|>system\n{{ .Content }}' in go
+    for conv in (EXTRA_CONVERSATION, EXTRA_CONVERSATION[1:]):
+        assert M.simulate(p, conv) == _jinja(template, conv, special)        # every character, the first included
+    stripped, _ = M.translate(template, special)                            # a runtime that adds BOS: left to it
+    assert stripped.bos == "<|im_start|>" and stripped.default_block.startswith("system\n")
+
+
+def test_the_modelfile_follows_the_ggufs_add_bos_token(tmp_path):
+    from swiftbox.llamacpp import gguf_file
+    from swiftbox.llamacpp import modelfile as M
+
+    class Tok:
+        chat_template = (TEMPLATES / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text()
+        bos_token, eos_token, eos_token_id = "<|im_start|>", "<|im_end|>", 2
+
+        def convert_ids_to_tokens(self, i):
+            return "<|im_end|>"
+
+    no_bos = M.build("m-q8_0.gguf", Tok(), tmp_path, adds_bos=False)[0].text()
+    assert 'TEMPLATE """{{ if not .System }}<|im_start|>system\n' in no_bos
+    for adds in (True, None):
+        assert 'TEMPLATE """{{ if not .System }}system\n' in M.build("m.gguf", Tok(), tmp_path, adds_bos=adds)[0].text()
+    info = gguf_file.GGUFInfo(tmp_path / "m.gguf", 3, "llama", 7, "model", 0, 0)
+    assert info.adds_bos is None
+    info.meta["tokenizer.ggml.add_bos_token"] = False
+    assert info.adds_bos is False
+
+
 def test_templates_that_do_not_decompose_get_no_template_and_say_why(tmp_path):
     from swiftbox.llamacpp import modelfile as M
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from swiftbox import logs
 from swiftbox.benchmarks.catalog import EACH_SUBJECT, Benchmark
 from swiftbox.benchmarks.data import TaskData
 from swiftbox.errors import UserError
@@ -162,7 +163,9 @@ def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Opt
 
     tasks_root = Path(lm_eval.tasks.__file__).parent
     folders = sorted({str(tasks_root / td.benchmark.folder) for td in datas})
-    with offline(), nltk_offline(datas):
+    # the harness's and datasets' progress bars ("Generating test split", "Running generate_until requests") and
+    # its prints go to the run's log, as every library's do (swiftbox/logs.py); the step prints its own lines
+    with offline(), nltk_offline(datas), logs.captured("lm-eval " + ",".join(sorted({td.task for td in datas}))):
         manager = TaskManager(include_defaults=False, include_path=folders)   # indexing every task takes a minute
         specs = harness_tasks(manager, datas)
         out = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit, num_fewshot=shots,

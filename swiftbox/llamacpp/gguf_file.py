@@ -34,6 +34,12 @@ class GGUFInfo:
         return dict(Counter(self.tensor_types.values()))
 
     @property
+    def adds_bos(self) -> bool | None:
+        """tokenizer.ggml.add_bos_token: whether llama.cpp (and Ollama) put BOS before the prompt (None: unset)."""
+        value = self.meta.get("tokenizer.ggml.add_bos_token")
+        return bool(value) if isinstance(value, (bool, int)) else None
+
+    @property
     def chat_template(self) -> str | None:
         value = self.meta.get("tokenizer.chat_template")
         return value if isinstance(value, str) else None

@@ -31,7 +31,7 @@ class Pieces:
     user: tuple[str, str]
     assistant: tuple[str, str]
     generation: str             # the generation prompt after the last user message
-    bos: str = ""               # a BOS text the template starts with, left to the runtime (llama.cpp adds BOS)
+    bos: str = ""               # a BOS text the template starts with, left to the runtime (a GGUF that adds BOS)
 
 
 def _render(template: str, messages: list[dict], gen: bool, special: dict) -> str:
@@ -70,8 +70,11 @@ def _without_final_eos(text: str, follows: str, eos: str) -> str:
     return text
 
 
-def pieces(template: str, special: dict | None = None) -> Pieces:
-    """Decompose `template` by rendering marker conversations. Raises NotDecomposable."""
+def pieces(template: str, special: dict | None = None, strip_bos: bool = True) -> Pieces:
+    """Decompose `template` by rendering marker conversations. Raises NotDecomposable. `strip_bos`: the runtime
+    adds the BOS token itself (the GGUF's tokenizer.ggml.add_bos_token), so a template's leading bos_token text is
+    left out of the TEMPLATE; where it does not (SmolLM2: add_bos_token false, and its bos_token `<|im_start|>` is
+    the first turn's opener), the text stays."""
     special = dict(special or {})
     bos, eos = special.get("bos_token") or "", special.get("eos_token") or ""
     u1, u2, a1, a2 = U.format(1), U.format(2), A.format(1), A.format(2)
@@ -87,7 +90,7 @@ def pieces(template: str, special: dict | None = None) -> Pieces:
     except Exception as exc:  # noqa: BLE001 - a template may raise anything (raise_exception, undefined names)
         why = " ".join(str(exc).split())[:120]
         raise NotDecomposable(f"the template fails on a plain conversation ({why})") from None
-    lead = bos if bos and full.startswith(bos) and lone.startswith(bos) and asked.startswith(bos) else ""
+    lead = bos if strip_bos and bos and full.startswith(bos) and lone.startswith(bos) and asked.startswith(bos) else ""
     full, lone, asked = full[len(lead):], lone[len(lead):], asked[len(lead):]
     rest = full
     if has_system:
@@ -157,9 +160,9 @@ CHECK_CONVERSATIONS = [
 ]
 
 
-def translate(template: str, special: dict | None = None) -> tuple[Pieces, str]:
+def translate(template: str, special: dict | None = None, strip_bos: bool = True) -> tuple[Pieces, str]:
     """(pieces, Go template), proven against the Jinja rendering on CHECK_CONVERSATIONS. Raises NotDecomposable."""
-    p = pieces(template, special)
+    p = pieces(template, special, strip_bos)
     for conv in CHECK_CONVERSATIONS:
         if p.system is None and any(m["role"] == "system" for m in conv):
             continue
@@ -229,9 +232,11 @@ def stop_strings(p: Pieces | None, tokenizer, eos_ids: list[int]) -> list[str]:
     return stops
 
 
-def build(gguf_name: str, tokenizer, model_dir: Path, adapter_name: str | None = None) -> tuple[Modelfile, dict]:
+def build(gguf_name: str, tokenizer, model_dir: Path, adapter_name: str | None = None,
+          adds_bos: bool | None = None) -> tuple[Modelfile, dict]:
     """The Modelfile for a GGUF written from `model_dir` (its tokenizer and generation config), and the facts
-    the manifest records (template translated or why not, stops, parameters)."""
+    the manifest records (template translated or why not, stops, parameters). `adds_bos`: the GGUF's
+    tokenizer.ggml.add_bos_token (None: not recorded; llama.cpp's usual default, adding BOS, is assumed)."""
     try:
         gen = json.loads((Path(model_dir) / "generation_config.json").read_text())
     except (OSError, ValueError):
@@ -242,7 +247,7 @@ def build(gguf_name: str, tokenizer, model_dir: Path, adapter_name: str | None =
     p, go, note = None, None, None
     if isinstance(template, str) and template:
         try:
-            p, go = translate(template, special_tokens(tokenizer))
+            p, go = translate(template, special_tokens(tokenizer), strip_bos=adds_bos is not False)
         except NotDecomposable as exc:
             note = f"no TEMPLATE: {exc}; Ollama reads the chat template stored in the GGUF instead"
     else:

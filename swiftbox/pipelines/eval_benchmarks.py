@@ -63,7 +63,9 @@ def run_benchmarks(cfg: EvalStep, ctx: StepContext) -> StepResult:
     results: dict[str, Any] = {}
     scored: dict[str, Any] = {}
     n_shot: dict[str, Any] = {}
-    for label, ref in zip(labels, refs):
+    for i, (label, ref) in enumerate(zip(labels, refs), 1):
+        print(f"eval: scoring {label} ({i}/{len(refs)}) on {', '.join(_sizes(datas, cfg.limit))}",
+              file=sys.stderr, flush=True)
         out = _evaluate_one(cfg, ctx, ref, datas)
         results[label], scored[label], n_shot[label] = out["results"], out["rows"], out["n_shot"]
         harness.write_samples(out["samples"], ctx.work_dir / "samples" / _safe(label))
@@ -140,10 +142,12 @@ def _labels(refs: list[str]) -> list[str]:
     return out
 
 
-def _sizes(datas: list[data.TaskData]) -> list[str]:
+def _sizes(datas: list[data.TaskData], limit: Optional[int] = None) -> list[str]:
+    """"gsm8k 25 rows", ... (with `limit`: the rows scored, `limit` per task - per subject for MMLU)."""
     counts: dict[str, int] = {}
     for td in datas:
-        counts[td.benchmark.name] = counts.get(td.benchmark.name, 0) + max(td.rows, 0)
+        n = max(td.rows, 0)
+        counts[td.benchmark.name] = counts.get(td.benchmark.name, 0) + (min(n, limit) if limit else n)
     return [f"{name} {n} rows" for name, n in counts.items()]
 
 

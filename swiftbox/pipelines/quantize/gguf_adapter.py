@@ -163,7 +163,8 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     if broken:
         raise QualityGateFailed(f"quantize: the GGUF LoRA export fails its quality gate: {'; '.join(broken)}; nothing "
                                 "was written (tolerances: docs/export.md, or set quantize.tolerance.*)")
-    mf, template_facts = modelfile.build(base_out.name, tokenizer, spec.base, adapter_name=lora_out.name)
+    mf, template_facts = modelfile.build(base_out.name, tokenizer, spec.base, adapter_name=lora_out.name,
+                                         adds_bos=gguf_file.read(base_out).adds_bos)
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
     from swiftbox.pipelines.quantize.gguf_writer import _tool_facts
 

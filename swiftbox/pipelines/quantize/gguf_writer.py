@@ -237,7 +237,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
                                 "nothing was written (tolerances: docs/export.md, or set quantize.tolerance.*)")
     from swiftbox.llamacpp import modelfile
 
-    mf, template_facts = modelfile.build(out.name, tokenizer, spec.base)
+    mf, template_facts = modelfile.build(out.name, tokenizer, spec.base, adds_bos=info.adds_bos)
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
     quantization = {"method": "gguf", "type": gguf_type, "bits": cfg.bits, "file": out.name,
                     **_tool_facts(), "architecture": info.architecture, "tensor_types": info.type_counts,
