@@ -235,9 +235,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from menus.main import run_menu
 
         return run_menu()
-    from swiftbox.device.cpu import bf16_mode
+    from swiftbox.device.cpu import attention_mode, bf16_mode
 
     bf16_mode()   # a bad SWIFTBOX_CPU_BF16 is refused (one line, exit 2) by every command, before any work
+    attention_mode()   # and a bad SWIFTBOX_CPU_ATTENTION
     from swiftbox.steps import STEP_TYPES
 
     if command in ("run", "quickstart"):

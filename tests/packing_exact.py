@@ -79,11 +79,16 @@ class Verdict:
     detail: str = ""
 
 
-def tiny_model(model_type: str, dtype: torch.dtype = torch.float32):
+def tiny_model(model_type: str, dtype: torch.dtype = torch.float32, attn: str = "sdpa"):
     """A random 2-layer model of the family, on the attention kernel swiftbox trains with (SDPA; eager where
-    transformers has no SDPA path for the family)."""
+    transformers has no SDPA path for the family). `attn="sdpa_varlen"`: swiftbox's per-sample SDPA for packed
+    rows (swiftbox/device/attention.py), registered here."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if attn == "sdpa_varlen":
+        from swiftbox.device.attention import register
+
+        register()
     kwargs = {**BASE, **FAMILIES[model_type]}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     config = AutoConfig.for_model(model_type, **kwargs)
@@ -91,9 +96,9 @@ def tiny_model(model_type: str, dtype: torch.dtype = torch.float32):
     torch.manual_seed(0)
     with _quiet():
         try:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
         except ValueError as exc:
-            if "scaled_dot_product_attention" not in str(exc):
+            if "scaled_dot_product_attention" not in str(exc) or attn != "sdpa":
                 raise
             model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
     return model.eval()
@@ -119,8 +124,8 @@ def _token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits[:-1].float(), labels[1:], ignore_index=-100, reduction="none")
 
 
-def check(model_type: str, dtype: torch.dtype = torch.float32) -> Verdict:
-    model = tiny_model(model_type, dtype)
+def check(model_type: str, dtype: torch.dtype = torch.float32, attn: str = "sdpa") -> Verdict:
+    model = tiny_model(model_type, dtype, attn)
     samples = rows()
     batch = packed_batch(samples)
     labels = batch.pop("labels")[0]

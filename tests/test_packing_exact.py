@@ -67,3 +67,46 @@ def test_batching_follows_the_policy():
     assert batching(SftStep(dataset="x", packing=False), platform, "qwen3_next") == (False, True)
     with pytest.raises(UserError, match="packing: true on qwen3_next.*Gated DeltaNet"):
         batching(SftStep(dataset="x", packing=True), platform, "qwen3_next")
+
+
+# families with an SDPA path: llama-like, GQA, MoE, sliding-window layers (gemma3_text: 4-token window)
+VARLEN_FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "phi3", "glm4", "smollm3", "gemma3_text"]
+
+
+@pytest.mark.parametrize("model_type", VARLEN_FAMILIES)
+def test_sdpa_varlen_is_exact_and_attends_per_sample(model_type, monkeypatch):
+    """The opt-in CPU lever (SWIFTBOX_CPU_ATTENTION=sdpa_varlen): packed rows get the per-token loss and gradients
+    they get alone, and SDPA really runs per sample (no call spans the whole packed row)."""
+    from tests.packing_exact import ROW_LENGTHS
+
+    lengths = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *a, **kw):
+        lengths.append(q.shape[-2])
+        return original(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    verdict = check(model_type, attn="sdpa_varlen")
+    assert verdict.outcome == "exact" and verdict.cross_grad == 0.0, verdict
+    assert sum(ROW_LENGTHS) not in lengths          # never the dense block-diagonal call over the packed row
+    assert set(ROW_LENGTHS) <= set(lengths)
+
+
+def test_sdpa_varlen_exact_in_bf16():
+    assert check("llama", torch.bfloat16, attn="sdpa_varlen").outcome == "exact"
+
+
+def test_cpu_attention_lever_is_opt_in(monkeypatch):
+    from swiftbox.device.cpu import ATTENTION_ENV, CpuPlatform
+    from swiftbox.errors import UserError
+
+    platform = CpuPlatform()
+    monkeypatch.delenv(ATTENTION_ENV, raising=False)
+    assert platform.attn_implementation(True) == "sdpa"
+    monkeypatch.setenv(ATTENTION_ENV, "sdpa_varlen")
+    assert platform.attn_implementation(True) == "sdpa_varlen"
+    assert platform.attn_implementation(False) == "sdpa"     # padded rows: transformers' SDPA
+    monkeypatch.setenv(ATTENTION_ENV, "flash")
+    with pytest.raises(UserError, match="SWIFTBOX_CPU_ATTENTION: expected one of sdpa, sdpa_varlen"):
+        platform.attn_implementation(True)

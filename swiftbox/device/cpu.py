@@ -20,6 +20,18 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 CPUINFO = "/proc/cpuinfo"
 BF16_ENV = "SWIFTBOX_CPU_BF16"
 BF16_MODES = ("auto", "on", "off")
+ATTENTION_ENV = "SWIFTBOX_CPU_ATTENTION"
+ATTENTION_MODES = ("sdpa", "sdpa_varlen")
+
+
+def attention_mode(environ: dict | None = None) -> str:
+    """SWIFTBOX_CPU_ATTENTION: sdpa (transformers' kernel, the default) or sdpa_varlen (packed rows attend per
+    sample, swiftbox/device/attention.py; opt-in). A bad value is a UserError (exit 2, one line)."""
+    raw = (os.environ if environ is None else environ).get(ATTENTION_ENV, "")
+    mode = raw.strip().lower() or "sdpa"
+    if mode not in ATTENTION_MODES:
+        raise UserError(f"{ATTENTION_ENV}: expected one of {', '.join(ATTENTION_MODES)}, got {raw!r}")
+    return mode
 
 
 def bf16_mode(environ: dict | None = None) -> str:
@@ -82,6 +94,15 @@ class CpuPlatform(Platform):
     @classmethod
     def is_available(cls) -> bool:
         return True
+
+    def attn_implementation(self, packed: bool) -> str:
+        """SDPA; packed rows attend per sample through `sdpa_varlen` when SWIFTBOX_CPU_ATTENTION asks for it (no dense
+        block-diagonal mask; exact, kept opt-in until it measures a win: docs/benchmarks.md)."""
+        if packed and attention_mode() == "sdpa_varlen":
+            from swiftbox.device.attention import register
+
+            return register()
+        return "sdpa"
 
     def hardware_refusal(self, feature: str) -> Refusal | None:
         if feature != "vllm":
