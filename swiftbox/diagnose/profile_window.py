@@ -2,8 +2,8 @@
 
 The platform supplies the profiler (torch.profiler with CPU (+ CUDA) activities; torch_npu.profiler with its
 experimental config on Ascend); this callback drives it: start at train begin, `step()` after each optimizer
-step, stop at train end. It opens `swiftbox::forward` (around the model's forward), `swiftbox::lm_head` (around
-the LM head's forward) and `swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s
+step, stop at train end. It opens `swiftbox::forward` (around the model's forward), `swiftbox::lm_head` (from
+the backbone's end, or the head's own forward, to the model's end: TRL's fused head + loss included) and `swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s
 over the recorded steps. Nothing here touches the computation: hooks only open and close profiler ranges
 (tested: same loss with and without).
 
@@ -76,12 +76,18 @@ class ProfileWindow(TrainerCallback):
         rank = getattr(args, "process_index", 0)
         self.prof = self.platform.profiler(self.settings, trace_dir, worker=f"rank{rank}")
         if model is not None:
-            self.hooks = [model.register_forward_pre_hook(lambda *a: self._open("forward")),
-                          model.register_forward_hook(lambda *a: self._close("forward"))]
+            self.hooks = [model.register_forward_pre_hook(lambda *a: self._open("forward"))]
+            # The LM head + loss range runs from the end of the backbone (or the head's own forward, whichever comes
+            # first) to the end of the model's forward. TRL's SFT never calls the head module: its fused forward
+            # takes the backbone's hidden states and applies the head's weight chunk by chunk inside the loss.
             head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
             if head is not None:
-                self.hooks += [head.register_forward_pre_hook(lambda *a: self._open("lm_head")),
-                               head.register_forward_hook(lambda *a: self._close("lm_head"))]
+                self.hooks.append(head.register_forward_pre_hook(lambda *a: self._open("lm_head")))
+            backbone = _backbone(model)
+            if backbone is not None:
+                self.hooks.append(backbone.register_forward_hook(lambda *a: self._open("lm_head")))
+            self.hooks += [model.register_forward_hook(lambda *a: self._close("lm_head")),
+                           model.register_forward_hook(lambda *a: self._close("forward"))]
         self._record_function = torch.profiler.record_function
         self.prof.start()
         self.mark, self.tokens_mark = time.perf_counter(), state.num_input_tokens_seen
@@ -153,3 +159,11 @@ class ProfileWindow(TrainerCallback):
         print(f"{self.kind}: profile written to {self.final_dir} (summary.txt; open trace/ in TensorBoard "
               f"or Perfetto)", file=sys.stderr, flush=True)
         return summary
+
+
+def _backbone(model: Any) -> Any:
+    """The decoder stack whose hidden states feed the LM head (inside a PEFT wrapper too), or None."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(inner, "base_model", None)
+    return backbone if backbone is not None and backbone is not inner and hasattr(backbone, "register_forward_hook") \
+        else None

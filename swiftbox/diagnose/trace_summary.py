@@ -26,7 +26,8 @@ PHASES = ("data_wait", "lm_head_loss", "forward", "backward", "optimizer")   # e
 # backward matmuls are not told apart from the other layers' and stay in `backward`)
 LOSS_OPS = ("aten::cross_entropy_loss", "aten::log_softmax", "aten::_log_softmax", "aten::nll_loss_nd",
             "aten::nll_loss", "aten::logsumexp")
-LOSS_GRADS = ("LogSoftmaxBackward", "NllLossBackward", "LogsumexpBackward")
+# (TRL's fused head + loss: its chunked log-prob function, head and loss in one autograd node)
+LOSS_GRADS = ("LogSoftmaxBackward", "NllLossBackward", "LogsumexpBackward", "ChunkedLogProbFunctionBackward")
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 Interval = tuple[float, float]
 
