@@ -198,7 +198,7 @@ def profile_split(method: str, model: Path, data: Path, work: Path, rows: int, l
     swiftbox's own trace summary (swiftbox/diagnose/trace_summary.py)."""
     work.mkdir()
     flags = "+".join(["--profile.wait", "1", "--profile.warmup", "0", "--profile.active", "2",
-                      "--profile.profile-memory", "false"])
+                      "--no-profile.profile-memory"])
     got = run_one(f"swiftbox+{flags}", method, model, data, work, rows, log)
     summary = work / "out" / "profile" / "summary.json"
     if got.get("error") or not summary.is_file():

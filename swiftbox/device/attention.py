@@ -29,10 +29,10 @@ def varlen_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     length = query.shape[2]
-    packed = (cu_q is not None and cu_k is not None and query.shape[0] == 1 and causal and length > 1
+    packed = (cu_q is not None and cu_k is not None and query.shape[0] == 1 and bool(causal) and length > 1
               and key.shape[2] == length and int(cu_q[-1]) == length and torch.equal(cu_q, cu_k)
               and kwargs.get("softcap") is None and kwargs.get("position_bias") is None)
-    if not packed:
+    if not packed or cu_q is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     groups = getattr(module, "num_key_value_groups", 1)

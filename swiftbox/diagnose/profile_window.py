@@ -3,8 +3,9 @@
 The platform supplies the profiler (torch.profiler with CPU (+ CUDA) activities; torch_npu.profiler with its
 experimental config on Ascend); this callback drives it: start at train begin, `step()` after each optimizer
 step, stop at train end. It opens `swiftbox::forward` (around the model's forward), `swiftbox::lm_head` (from
-the backbone's end, or the head's own forward, to the model's end: TRL's fused head + loss included) and `swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s
-over the recorded steps. Nothing here touches the computation: hooks only open and close profiler ranges
+the backbone's end, or the head's own forward, to the model's end: TRL's fused head + loss included) and
+`swiftbox::optimizer` ranges so the summary can split step time, and measures tokens/s over the recorded steps.
+Nothing here touches the computation: hooks only open and close profiler ranges
 (tested: same loss with and without).
 
 Output under <out>/profile/: trace/ (Chrome trace JSON: TensorBoard's PyTorch profiler plugin and Perfetto

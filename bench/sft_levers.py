@@ -1,0 +1,265 @@
+"""bench sft-levers: each speed lever alone against swiftbox's default SFT, on the real model, interleaved.
+
+The peer bench's job (bench/peers/job.py): `smollm2-135m-instruct` (offline, from $SWIFTBOX_CACHE; `--model` takes
+another registry name or a model directory), the first `--rows` of bench/data/alpaca_en_demo_256.json, LoRA r8
+alpha 16 all-linear, batch 8, max length 512, fp32, seed 0, one epoch. Every run goes through swiftbox's own
+model loading (swiftbox.training.model.load_for_training) and trainer (swiftbox.pipelines.sft.make_trainer), in
+this process, one after another: each round runs the default, then every lever (default, L1, L2, ..., default,
+L1, L2, ...), so a lever and the default it is compared with share the machine's load. Timed from the end of the
+first (warm-up) step; tokens are the non-padding ones.
+
+Levers (one at a time, everything else the default):
+- sdpa_varlen: packed rows attend per sample (SWIFTBOX_CPU_ATTENTION=sdpa_varlen, swiftbox/device/attention.py)
+  instead of SDPA over a dense block-diagonal mask;
+- bf16_autocast: dtype bfloat16 (swiftbox's bf16 path), only where the CPU multiplies bf16 natively (AMX,
+  AVX512-BF16, Arm BF16); elsewhere skipped with the reason;
+- padded: packing off, rows padded per batch (ungrouped, so the batches hold the same rows as the default's and
+  the loss curves compare step by step);
+- lm_head_all_positions: TRL's fused head scores every position instead of only the labelled ones (swiftbox's
+  default, swiftbox.compat.trl_scores_label_positions_only): what that default buys. TRL's chunked loss over the
+  vocabulary is always on (its fused head) and has no switch to measure.
+
+A lever wins when its median tokens/s beats the default's and its per-step loss curve matches the default's
+(fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median and spread,
+the per-step losses; per lever the ratio to the default (median, and the range over rounds), the loss agreement,
+`kept` (wins without changing the loss) and the load (uptime) around every run.
+
+    ./launch.sh bench sft-levers [--rows 24] [--rounds 2] [--levers sdpa_varlen,padded,...] [--model NAME|DIR]
+                                 [--profile]
+
+`--profile` adds one untimed run per side with swiftbox's profiler window (step 2 on) and reports its time split
+(data wait / LM head + loss / forward / backward / optimizer / other) per side.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform as py_platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
+LEVERS = ("sdpa_varlen", "bf16_autocast", "padded", "lm_head_all_positions")
+JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
+LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
+
+
+def uptime() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return ""
+
+
+def settings(side: str) -> dict:
+    """The default and each lever alone."""
+    base = dict(attention="sdpa", dtype="float32", packing=None, label_only=True)
+    changes = {"default": {}, "sdpa_varlen": dict(attention="sdpa_varlen"), "bf16_autocast": dict(dtype="bfloat16"),
+               "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False)}
+    return {**base, **changes[side]}
+
+
+def skip_reason(side: str) -> str | None:
+    if side == "bf16_autocast":
+        from swiftbox.device.cpu import native_bf16_flags
+
+        if not native_bf16_flags():
+            return ("this CPU has no native bf16 matmul (no amx_bf16 / avx512_bf16 / bf16 flag): bf16 would be "
+                    "emulated through fp32 and only slower")
+    return None
+
+
+@contextlib.contextmanager
+def attention_env(mode: str):
+    from swiftbox.device.cpu import ATTENTION_ENV
+
+    old = os.environ.get(ATTENTION_ENV)
+    os.environ[ATTENTION_ENV] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ATTENTION_ENV, None)
+        else:
+            os.environ[ATTENTION_ENV] = old
+
+
+def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool = False) -> dict:
+    import torch
+    from sft import timer_callback
+    from transformers import TrainerCallback
+
+    from swiftbox.compat import trl_scores_label_positions_only
+    from swiftbox.data import load_sft, tokenize_sft
+    from swiftbox.device import current_platform
+    from swiftbox.pipelines.sft import make_trainer
+    from swiftbox.steps import LoraConfig, ProfileConfig, SftStep
+    from swiftbox.training.arguments import describe_batching
+    from swiftbox.training.model import load_for_training
+
+    s = settings(side)
+    platform = current_platform("cpu")
+    cfg = SftStep(dataset=str(data), epochs=1, batch_size=JOB["batch"], learning_rate=JOB["lr"], seed=JOB["seed"],
+                  max_length=JOB["max_length"], save_steps=10 ** 6, logging_steps=1, dtype=s["dtype"],
+                  lora=LoraConfig(rank=JOB["rank"], alpha=JOB["alpha"], dropout=JOB["dropout"]),
+                  packing=s["packing"], group_by_length=False if s["packing"] is False else None,
+                  profile=ProfileConfig(wait=1, warmup=0, active=2, profile_memory=False) if profile else None)
+    losses: list[float] = []
+
+    class Losses(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                losses.append(round(float(logs["loss"]), 6))
+
+    side_work = work / f"{side}-{time.monotonic_ns()}"
+    with attention_env(s["attention"]):
+        torch.manual_seed(JOB["seed"])
+        tm = load_for_training(str(model_dir), cfg, platform, s["dtype"])
+        attn = tm.model.config._attn_implementation
+        train, _ = tokenize_sft(load_sft(str(data), cfg.seed), tm.tokenizer, cfg.max_length)
+        ctx = SimpleNamespace(platform=platform, work_dir=side_work, output=side_work, kind="sft")
+        timer = timer_callback()
+        extra = [timer, Losses()]
+        if profile:
+            from swiftbox.diagnose.profile_window import profile_callbacks
+
+            extra = profile_callbacks(cfg, ctx) + extra
+        trainer = make_trainer(cfg, ctx, s["dtype"], tm.model, tm.tokenizer, train, None, side_work / "ckpt", extra)
+        load = uptime()
+        started = time.perf_counter()
+        with trl_scores_label_positions_only() if s["label_only"] else contextlib.nullcontext():
+            trainer.train()
+        wall = time.perf_counter() - started
+    out = {"side": side, "tokens_per_s": round(timer.tokens_per_second(), 2), "steps": trainer.state.global_step,
+           "wall_s": round(wall, 1), "losses": losses, "attn_implementation": attn, "dtype": s["dtype"],
+           "batching": describe_batching(cfg, platform, str(tm.model.config.model_type)),
+           "label_positions_only": s["label_only"], "load_before": load, "load_after": uptime()}
+    if profile:
+        summary = json.loads((side_work / "profile" / "summary.json").read_text())
+        out = {"side": side, "phase_share": {k: round(v, 3) for k, v in summary.get("phase_share", {}).items()},
+               "tokens_per_s_in_window": summary.get("tokens_per_second"), "load_after": uptime()}
+    del trainer, tm
+    return out
+
+
+def loss_agreement(lever: list[float], default: list[float]) -> float | None:
+    """Largest relative difference of the per-step losses (None when the curves have different lengths)."""
+    if not lever or len(lever) != len(default):
+        return None
+    return max(abs(a - b) / max(abs(b), 1e-9) for a, b in zip(lever, default))
+
+
+def summarise(runs: list[dict], levers: list[str]) -> dict:
+    by_side: dict[str, list[dict]] = {}
+    for r in runs:
+        by_side.setdefault(r["side"], []).append(r)
+    sides = {}
+    for side, rs in by_side.items():
+        tps = [r["tokens_per_s"] for r in rs]
+        sides[side] = {"tokens_per_s": tps, "median": round(statistics.median(tps), 2), "min": min(tps),
+                       "max": max(tps), "losses": rs[0]["losses"], "attn_implementation": rs[0]["attn_implementation"],
+                       "dtype": rs[0]["dtype"], "batching": rs[0]["batching"],
+                       "label_positions_only": rs[0]["label_positions_only"]}
+    out = {}
+    default = by_side["default"]
+    for lever in levers:
+        if lever not in by_side:
+            continue
+        ratios = [round(a["tokens_per_s"] / max(b["tokens_per_s"], 1e-9), 3) for a, b in zip(by_side[lever], default)]
+        diffs = [loss_agreement(a["losses"], b["losses"]) for a, b in zip(by_side[lever], default)]
+        worst = None if any(d is None for d in diffs) else max(diffs)   # type: ignore[type-var]
+        same_loss = worst is not None and worst <= LOSS_TOL[sides[lever]["dtype"]]
+        ratio = round(sides[lever]["median"] / max(sides["default"]["median"], 1e-9), 3)
+        out[lever] = {"ratio": ratio, "ratio_per_round": ratios, "ratio_range": [min(ratios), max(ratios)],
+                      "loss_max_rel_diff": None if worst is None else float(f"{worst:.3g}"), "same_loss": same_loss,
+                      "kept": bool(same_loss and ratio > 1.0 and min(ratios) > 1.0)}
+    return {"sides": sides, "levers": out}
+
+
+def machine() -> dict:
+    import torch
+
+    from swiftbox.device.cpu import cpu_flags, native_bf16_flags
+
+    flags = cpu_flags()
+    name = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": name or py_platform.processor() or py_platform.machine(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "simd_flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma")) or f == "bf16"),
+            "native_bf16": native_bf16_flags()}
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    out = {}
+    for dist in ("torch", "transformers", "trl", "peft", "accelerate"):
+        with contextlib.suppress(Exception):
+            out[dist] = version(dist)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out["swiftbox_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                                capture_output=True, text=True, timeout=10).stdout.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="registry name (offline) or model directory")
+    ap.add_argument("--rows", type=int, default=24, help="first N rows of the alpaca demo (N/8 steps, one warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
+    ap.add_argument("--levers", default=",".join(LEVERS), help=f"comma list of {', '.join(LEVERS)}")
+    ap.add_argument("--profile", action="store_true", help="also one untimed profiler-window run per side")
+    opts = ap.parse_args(argv)
+    levers = [x.strip() for x in opts.levers.split(",") if x.strip()]
+    unknown = [x for x in levers if x not in LEVERS]
+    if unknown or not levers:
+        print(f"bench sft-levers: unknown lever {', '.join(unknown) or '(none given)'}; known: {', '.join(LEVERS)}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if opts.rows < 3 * JOB["batch"] or opts.rounds < 1:
+        print(f"bench sft-levers: --rows must be at least {3 * JOB['batch']} (a warm-up step and two timed ones) "
+              f"and --rounds at least 1", file=sys.stderr)
+        raise SystemExit(2)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from peers.run import model_label, resolve_job_model
+
+    try:
+        model_dir = resolve_job_model(opts.model, Path(tempfile.gettempdir()))
+    except ValueError as exc:
+        print(f"bench sft-levers: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    work = Path(tempfile.mkdtemp(prefix="bench-sft-levers-"))
+    data = work / f"alpaca-{opts.rows}.json"
+    data.write_text(json.dumps(json.loads(DATA.read_text())[:opts.rows], ensure_ascii=False))
+    skipped = {lever: why for lever in levers if (why := skip_reason(lever))}
+    active = [lever for lever in levers if lever not in skipped]
+    load_before = uptime()
+    runs = []
+    for r in range(opts.rounds):
+        for side in ["default", *active]:
+            runs.append({"round": r, **run_side(side, model_dir, data, work)})
+    result = {"bench": "sft-levers", "model": model_label(model_dir), "rows": opts.rows, "rounds": opts.rounds,
+              "job": {**JOB, "lora_targets": "all-linear", "epochs": 1, "data": DATA.name},
+              "machine": {**machine(), "load_before": load_before, "load_after": uptime()}, "versions": versions(),
+              **summarise(runs, active), "skipped": skipped,
+              "chunked_loss": "always on: TRL's fused LM head computes the loss over vocabulary chunks", "runs": runs}
+    if opts.profile:
+        result["profile"] = {side: run_side(side, model_dir, data, work, profile=True) for side in ["default", *active]}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
