@@ -180,6 +180,8 @@ def peers_main(opts) -> None:
         sides = stats.parse_sides(opts.sides, opts.method)
         if opts.rounds is not None and opts.rounds < 1:
             raise ValueError("--rounds must be at least 1")
+        if opts.profile and opts.no_profile:
+            raise ValueError("--profile and --no-profile contradict (with --peers the profile run is on by default)")
         if opts.peer_rows is not None and opts.peer_rows < 9:
             raise ValueError("--peer-rows must be at least 9 (one warm-up batch of 8, then timed ones)")
     except ValueError as exc:
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
-    ap.add_argument("--profile", action="store_true", help="swiftbox side only, torch.profiler tables on stderr")
+    ap.add_argument("--profile", action="store_true", help="swiftbox side only, torch.profiler tables on stderr "
+                    "(with --peers: the profiled swiftbox run, on by default)")
     ap.add_argument("--peers", action="store_true", help="the peer comparison (bench/peers/) instead")
     ap.add_argument("--method", choices=["sft", "dpo"], default="sft", help="--peers: which job")
     ap.add_argument("--rounds", type=int, default=None, help="--peers: interleaved rounds (default 3; --quick 1)")

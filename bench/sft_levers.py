@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(opts.rounds):
         for side in ["default", *active]:
             runs.append({"round": r, **run_side(side, model_dir, data, work)})
+            print("LEVER_RUN " + json.dumps(runs[-1]), file=sys.stderr, flush=True)   # kept if the bench is cut short
     result = {"bench": "sft-levers", "model": model_label(model_dir), "rows": opts.rows, "rounds": opts.rounds,
               "job": {**JOB, "lora_targets": "all-linear", "epochs": 1, "data": DATA.name},
               "machine": {**machine(), "load_before": load_before, "load_after": uptime()}, "versions": versions(),

@@ -108,12 +108,24 @@ def test_peer_venvs_live_under_the_cache(monkeypatch, tmp_path):
     (["--peers", "--sides", "swiftbox,nope"], "unknown nope"),
     (["--peers", "--rounds", "0"], "--rounds must be at least 1"),
     (["--peers", "--peer-rows", "3"], "--peer-rows must be at least 9"),
+    (["--peers", "--profile", "--no-profile"], "--profile and --no-profile contradict"),
 ])
 def test_bad_peer_arguments_exit_2_with_one_line(argv, message):
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sft.py"), *argv], capture_output=True, text=True,
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_profile_run_flags_parse_in_swiftbox_cli():
+    """The profiled swiftbox run's flags are ones swiftbox's CLI takes (the split came back as an error when a
+    boolean was spelled `--profile.profile-memory false`)."""
+    from peers.run import PROFILE_FLAGS
+    from swiftbox.cli import build_parser
+
+    args = build_parser().parse_args(["sft", "toy", "--dataset", "d.jsonl", *PROFILE_FLAGS])
+    got = {k: v for k, v in vars(args).items() if k.startswith("profile.")}
+    assert got == {"profile.wait": "1", "profile.warmup": "0", "profile.active": "2", "profile.profile_memory": False}
 
 
 def test_peer_flags_need_peers():

@@ -193,13 +193,16 @@ def main(method: str, rounds: int | None, sides_text: str | None, quick: bool, r
     return out
 
 
+# the swiftbox CLI flags of the profiled run (a boolean is --flag / --no-flag: `--profile.profile-memory false` was
+# refused with exit 2, and the split came back as an error)
+PROFILE_FLAGS = ("--profile.wait", "1", "--profile.warmup", "0", "--profile.active", "2", "--no-profile.profile-memory")
+
+
 def profile_split(method: str, model: Path, data: Path, work: Path, rows: int, log) -> dict | None:
     """One untimed swiftbox run with a profiler window (steps 2-3 recorded): the share of step time per phase from
     swiftbox's own trace summary (swiftbox/diagnose/trace_summary.py)."""
     work.mkdir()
-    flags = "+".join(["--profile.wait", "1", "--profile.warmup", "0", "--profile.active", "2",
-                      "--no-profile.profile-memory"])
-    got = run_one(f"swiftbox+{flags}", method, model, data, work, rows, log)
+    got = run_one("swiftbox+" + "+".join(PROFILE_FLAGS), method, model, data, work, rows, log)
     summary = work / "out" / "profile" / "summary.json"
     if got.get("error") or not summary.is_file():
         return {"error": got.get("error") or "no profile summary written"}
