@@ -121,6 +121,7 @@ def test_profile_run_flags_parse_in_swiftbox_cli():
     """The profiled swiftbox run's flags are ones swiftbox's CLI takes (the split came back as an error when a
     boolean was spelled `--profile.profile-memory false`)."""
     from peers.run import PROFILE_FLAGS
+
     from swiftbox.cli import build_parser
 
     args = build_parser().parse_args(["sft", "toy", "--dataset", "d.jsonl", *PROFILE_FLAGS])
