@@ -19,8 +19,8 @@ Levers (one at a time, everything else the default):
   default, swiftbox.compat.trl_scores_label_positions_only): what that default buys. TRL's chunked loss over the
   vocabulary is always on (its fused head) and has no switch to measure.
 
-A lever wins when its median tokens/s beats the default's and its per-step loss curve matches the default's
-(fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median and spread,
+A lever is kept when it beats the default in every one of >= 2 rounds and its per-step loss curve matches the
+default's (fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median and spread,
 the per-step losses; per lever the ratio to the default (median, and the range over rounds), the loss agreement,
 `kept` (wins without changing the loss) and the load (uptime) around every run.
 
@@ -195,7 +195,7 @@ def summarise(runs: list[dict], levers: list[str]) -> dict:
         ratio = round(sides[lever]["median"] / max(sides["default"]["median"], 1e-9), 3)
         out[lever] = {"ratio": ratio, "ratio_per_round": ratios, "ratio_range": [min(ratios), max(ratios)],
                       "loss_max_rel_diff": None if worst is None else float(f"{worst:.3g}"), "same_loss": same_loss,
-                      "kept": bool(same_loss and ratio > 1.0 and min(ratios) > 1.0)}
+                      "kept": bool(same_loss and ratio > 1.0 and min(ratios) > 1.0 and len(ratios) >= 2)}
     return {"sides": sides, "levers": out}
 
 

@@ -36,6 +36,8 @@ def test_a_lever_is_kept_only_when_it_wins_every_round_without_changing_the_loss
     assert not out["drift"]["kept"] and not out["drift"]["same_loss"]          # faster, but a different loss
     assert out["drift"]["loss_max_rel_diff"] == pytest.approx(0.1 / 1.9, rel=1e-2)
     assert not out["slow"]["kept"]                                               # one round slower
+    one_round = levers.summarise(runs[:4], ["fast"])["levers"]["fast"]
+    assert one_round["ratio"] == 1.2 and not one_round["kept"]                   # one round decides nothing
 
 
 def test_loss_curves_of_different_length_do_not_agree():
