@@ -143,7 +143,7 @@ PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0]
 # Packing concatenates rows and resets positions; that equals separate rows only where every layer is attention
 # masked per sequence. Linear-attention / state-space / convolution layers carry state across the boundary of
 # packed rows: for these model types packing is NOT exact and training pads or groups by length instead.
-# tests/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
+# tests/unit/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
 PACKING_NOT_EXACT = {
     "qwen3_5": "Gated DeltaNet linear attention", "qwen3_5_moe": "Gated DeltaNet linear attention",
     "qwen3_5_text": "Gated DeltaNet linear attention", "qwen3_5_moe_text": "Gated DeltaNet linear attention",
@@ -153,7 +153,7 @@ PACKING_NOT_EXACT = {
     "jamba": "Mamba layers", "bamba": "Mamba-2 layers", "zamba2": "Mamba-2 layers", "mamba": "state-space layers",
     "mamba2": "state-space layers", "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
     # attention-only, yet not exact: transformers' GptOssModel builds its mask without position_ids, so the packed
-    # rows' boundaries are never found and the rows attend to each other (measured: tests/test_packing_exact.py)
+    # rows' boundaries are never found and the rows attend to each other (measured: tests/unit/test_packing_exact.py)
     "gpt_oss": "a causal mask that ignores the packed rows' position_ids",
 }
 
