@@ -103,6 +103,28 @@ def test_pt_lowers_heldout_perplexity_of_the_same_corpus(tmp_path):
     assert (Path(result["output"]) / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.slow     # real model: a few minutes on 2 cores
+def test_pt_streaming_on_the_real_model_lowers_heldout_perplexity(real_model_dir, tmp_path, monkeypatch):
+    """Issue 34: `pt` with `streaming` on SmolLM2-135M-Instruct (the converted copy): Shakespeare the toy never saw,
+    read lazily from jsonl, packed; a separate held-out file gets likelier after a few LoRA steps."""
+    from swiftbox.modeling.toy_corpus import shakespeare_paragraphs
+    from tests.conftest import REAL_MODEL
+
+    monkeypatch.setenv("SWIFTBOX_OFFLINE", "1")
+    unseen = shakespeare_paragraphs()[1]
+    train, held = tmp_path / "plays.jsonl", tmp_path / "held.jsonl"
+    train.write_text("".join(json.dumps({"text": p}) + "\n" for p in unseen[12:]), encoding="utf-8")
+    held.write_text("".join(json.dumps({"text": p}) + "\n" for p in unseen[:12]), encoding="utf-8")
+    step = {"dataset": str(train), "eval_dataset": str(held), "streaming": True, "shuffle_buffer": 64,
+            "max_steps": 6, "batch_size": 4, "block_size": 128, "learning_rate": 1e-3, "dtype": "float32",
+            "save_steps": 100, "logging_steps": 1}
+    summary = run_recipe({"name": "t", "model": REAL_MODEL, "steps": [{"pt": step}]}, runs_root=tmp_path,
+                         log=lambda m: None)
+    m = summary["steps"][0]["metrics"]
+    assert m["rows"] == "packed blocks" and m["steps"] == 6 and m["heldout_documents"] == 12
+    assert m["perplexity_after"] < m["perplexity_before"], m
+
+
 def test_pt_streams_one_document_per_row_where_packing_is_not_exact(tmp_path, monkeypatch):
     """A model type whose packing is not exact (here the toy, declared so) trains on one document per row; the
     jsonl is read as a stream."""
