@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import pytest
@@ -155,13 +156,14 @@ def test_utf8_bom_recipe_loads(tmp_path):
 
 @pytest.mark.parametrize("override,word", [
     ("eval[0].limit=BAD", "count from 1"),                    # silently ignored before
-    ("eval.limit=" + _nested(600), "cannot be read"),         # RecursionError before
+    # RecursionError before; whether yaml's parser or the depth check stops it first depends on the stack left
+    ("eval.limit=" + _nested(600), "cannot be read|nested more than 32"),
     ("eval.limit=" + _nested(40), "nested"),
 ])
 def test_set_overrides(override, word):
     with pytest.raises(UserError) as err:
         apply_overrides({"name": "x", "steps": [{"eval": {}}]}, [override])
-    assert word in str(err.value) and "\n" not in str(err.value)
+    assert re.search(word, str(err.value)) and "\n" not in str(err.value)
 
 
 yaml_scalar = st.one_of(st.sampled_from(["toy", "sft", "eval", "lora", "1e999", "-.inf", ".nan", "~", "''", "[", "{",
