@@ -7,7 +7,7 @@ the tool-call event sequences are checked on what the CLIs really send.
 
 Fast (default suite) but for most of Claude Code's default-config bodies (slow: ~20k toy tokens each); the toy
 answers within the recorded max_tokens (512, or the server's default when Codex sets none). The slow proof with
-the CLIs themselves is tests/test_agent_clis.py; the recording is re-made by tests/fixtures/agent_cli_capture.py.
+the CLIs themselves is tests/flows/test_agent_clis.py; the recording is re-made by tests/support/agent_cli_capture.py.
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from swiftbox.serving.builtin.backend import DEFAULT_CHAT_MAX_TOKENS
 from swiftbox.serving.toolcalls import Parsed
-from tests.serve_fixtures import KEY, start_server
+from tests.support.serve_fixtures import KEY, start_server
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-FIXTURE = Path(__file__).parent / "fixtures" / "agent_cli_requests.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "agent_cli_requests.json"
 RECORDED = json.loads(FIXTURE.read_text())["requests"]
 NAME = "local"          # the model name the CLIs were pointed at
 SHELL = {"Bash": '{"command": "echo hi"}', "exec_command": '{"cmd": "echo hi"}'}
@@ -239,7 +240,10 @@ def test_recorded_cli_request_streams_a_well_formed_answer(live, rec, tool_turn)
             assert message["content"][1]["input"] == json.loads(SHELL["Bash"])
         else:
             assert kinds == ["text"] and message["content"][0]["text"]
-            assert message["stop_reason"] in ("end_turn", "max_tokens")    # the toy may end past its 2048 positions
+            # sampled (Claude Code sends no temperature): cut at max_tokens, or the toy's end token past its 2048
+            # positions
+            cut = events[-2][1]["usage"]["output_tokens"] == body["max_tokens"]
+            assert message["stop_reason"] == ("max_tokens" if cut else "end_turn")
     else:
         final = check_responses_stream(events, body)
         kinds = [o["type"] for o in final["output"]]
@@ -248,7 +252,11 @@ def test_recorded_cli_request_streams_a_well_formed_answer(live, rec, tool_turn)
             assert final["output"][1]["arguments"] == SHELL["exec_command"]
         else:
             assert kinds == ["message"] and final["output"][0]["content"][0]["text"]
-            assert final["status"] == "incomplete"                   # cut at the server's default max tokens
+            # Codex sends no temperature (1.0: sampled) and no max_output_tokens (the server's default, 512): the
+            # toy is cut there, or (past its 2048 positions) may sample its end token first
+            cut = final["usage"]["output_tokens"] == DEFAULT_CHAT_MAX_TOKENS
+            assert final["status"] == ("incomplete" if cut else "completed"), final["usage"]
+            assert (final["incomplete_details"] == {"reason": "max_output_tokens"}) is cut
         # store: false, as Codex sends it: nothing kept, so the id cannot be continued from
         again = httpx.post(server.url + "/v1/responses", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
                            json={"model": NAME, "input": "hi", "previous_response_id": final["id"]})

@@ -25,13 +25,13 @@ import httpx
 import pytest
 
 from swiftbox.device.cpu import CpuPlatform
-from tests.serve_fixtures import KEY, make_adapter, start_server
+from tests.support.serve_fixtures import KEY, make_adapter, start_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("one_torch_thread")]
 
 openai = pytest.importorskip("openai")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers.",
            "Explain recursion in one sentence."]
 NEW = 24
