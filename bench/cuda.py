@@ -349,7 +349,7 @@ def part_commands(name: str, dry: bool, tmp: Path, absent: list[str]) -> list[st
     if name == "env":
         return [py, __file__, "env"]
     if name in ("train", "export"):
-        files = {"train": "tests/test_train_cuda.py", "export": "tests/test_export_cuda.py"}[name]
+        files = {"train": "tests/flows/test_train_cuda.py", "export": "tests/flows/test_export_cuda.py"}[name]
         deselect = [OPTIONAL[p] for p in absent if p in OPTIONAL]
         cmd = [py, "-m", "pytest", "-m", DEVICE, files, "-p", "no:cacheprovider", "-q", "-rfE",
                f"--junitxml={tmp / (name + '.xml')}"]

@@ -113,7 +113,7 @@ def main() -> int:
                  "load_avg": loads}
     for key, rs in runs.items():
         out[key] = {"tok_s": statistics.median(x["tok_s"] for x in rs), "tok_s_rounds": [x["tok_s"] for x in rs],
-                    "ttft_p50_s": statistics.median(x["ttft_p50_s"] for x in rs)}
+                    "ttft_p50_s": round(statistics.median(x["ttft_p50_s"] for x in rs), 4)}
     for phase in ("one_stream", "concurrent"):
         ratios = [v["tok_s"] / b["tok_s"] for v, b in zip(runs[f"vllm.{phase}"], runs[f"builtin.{phase}"])
                   if b["tok_s"]]

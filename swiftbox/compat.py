@@ -2,7 +2,7 @@
 
 Each entry names the private symbol it touches and the version it was checked against
 (`CHECKED_AGAINST`); patches are scoped (a context manager restores the original), and
-tests/test_compat.py has one test per symbol that fails loudly when a library renames or moves it.
+tests/unit/test_compat.py has one test per symbol that fails loudly when a library renames or moves it.
 Nothing here imports a library at module import time.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ Who reads what (nothing else names a method's facts):
 - engine fit (serving/fit.py, read by serve, verify and the menu): which engines serve it;
 - the menu (menus/flows.py, menus/device_info.py): the method's label and the capability it greys out by.
 
-This module imports nothing of swiftbox and nothing heavy, so every layer can read it (tests/test_layers.py puts
+This module imports nothing of swiftbox and nothing heavy, so every layer can read it (tests/unit/test_layers.py puts
 it in the base layer). How to add a method: docs/architecture.md, "How to add a quantization method".
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ class Strict(BaseModel):
 
 BIG = 10**9                      # upper bound of counts (steps, rows, tokens) that have no natural one
 MAX_SEED = 2**32 - 1             # numpy / torch seeds
-# transformers' SchedulerType values (tests/test_bounds.py checks this list against the installed library)
+# transformers' SchedulerType values (tests/unit/test_bad_input.py checks this list against the installed library)
 LrScheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                       "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                       "warmup_stable_decay", "greedy"]
@@ -721,7 +721,8 @@ class ChatStep(StepBase):
         return _parse_pairs(value)
 
 
-# transformers' reporting integrations (integrations.INTEGRATION_TO_CALLBACK; tests/test_train_tracking.py checks them)
+# transformers' reporting integrations (integrations.INTEGRATION_TO_CALLBACK;
+# tests/unit/test_train_tracking.py checks them)
 REPORT_TO = ("tensorboard", "wandb", "swanlab", "mlflow", "trackio", "comet_ml", "neptune", "clearml", "dvclive",
              "azure_ml", "dagshub", "codecarbon", "flyte", "kubeflow")
 STREAMING_STEPS = ("sft", "pt")      # the training steps that read their dataset lazily (streaming: true)

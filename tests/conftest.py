@@ -113,7 +113,15 @@ def pytest_collection_modifyitems(config, items):
     """A menu test whose key sequence no longer fits the menu waits for keys forever: those fail after 90 s."""
     for item in items:
         module = getattr(item, "module", None)
-        drives_menu = module is not None and any(getattr(v, "__module__", "") == "tests.menu_keys"
+        drives_menu = module is not None and any(getattr(v, "__module__", "") == "tests.fakes.menu_keys"
                                                  for v in vars(module).values())
         if drives_menu and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(90))
+
+
+@pytest.fixture
+def fake_pipelines(monkeypatch):
+    """The runner's pipelines replaced by small fakes that record what they were given (tests/fakes/pipelines.py)."""
+    from tests.fakes.pipelines import install_fake_pipelines
+
+    return install_fake_pipelines(monkeypatch)

@@ -1,5 +1,5 @@
 """The pure parts of `bench sft --peers`: which sides run in which order, medians with their spread, the ratios
-and the JSON line's shape. No torch, no subprocess: tests/test_bench_peers.py covers all of it."""
+and the JSON line's shape. No torch, no subprocess: tests/unit/test_bench_peers.py covers all of it."""
 from __future__ import annotations
 
 import statistics

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.tmux_term import Tmux  # noqa: E402
+from tests.fakes.tmux_term import Tmux  # noqa: E402
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 BG, FG = (39, 40, 34), (220, 220, 220)

@@ -16,7 +16,7 @@ Every pipeline asks here instead of deciding for itself; docs/devices.md has the
   both sides in ONE dtype - float32 for links that should be exact (merge), the quantized side's compute dtype for
   quantized links - and allows |Δlogit| <= relative_tolerance(dtype) x max(1, max |logit|): float32 1e-4, 16-bit
   5e-2. A correct chain passes in float32 and bf16 alike; one perturbed layer fails either way
-  (tests/test_dtype_policy.py).
+  (tests/flows/test_dtype_policy.py).
 """
 from __future__ import annotations
 

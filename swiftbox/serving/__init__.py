@@ -23,5 +23,5 @@ protocol module, the logic behind one typed engine seam.
     response_store.py   the bounded store behind /v1/responses' previous_response_id
 
 The step (swiftbox/pipelines/serve.py) checks, runs the pre-deploy gate (swiftbox.verify.startup_gate),
-opens the backend here and serves; this package imports nothing above it (tests/test_layers.py).
+opens the backend here and serves; this package imports nothing above it (tests/unit/test_layers.py).
 """

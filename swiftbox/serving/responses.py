@@ -426,6 +426,8 @@ class ResponsesBuilder:
         elif item["type"] == "reasoning":
             out.append(self.event("response.reasoning_summary_text.done", item_id=item["id"], output_index=at,
                                   summary_index=0, text=item["summary"][0]["text"]))
+            out.append(self.event("response.reasoning_summary_part.done", item_id=item["id"], output_index=at,
+                                  summary_index=0, part=item["summary"][0]))
         return out + [self.event("response.output_item.done", output_index=at, item=item)]
 
     def _begin(self, item: dict[str, Any]) -> list[str]:
@@ -433,11 +435,15 @@ class ResponsesBuilder:
         self.items.append(item)
         self.open = item
         at = len(self.items) - 1
-        added = {**item, "content": []} if item["type"] == "message" else item
+        added = {**item, "content": []} if item["type"] == "message" else {**item, "summary": []} \
+            if item["type"] == "reasoning" else item
         out.append(self.event("response.output_item.added", output_index=at, item=added))
         if item["type"] == "message":
             out.append(self.event("response.content_part.added", item_id=item["id"], output_index=at,
                                   content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+        elif item["type"] == "reasoning":
+            out.append(self.event("response.reasoning_summary_part.added", item_id=item["id"], output_index=at,
+                                  summary_index=0, part={"type": "summary_text", "text": ""}))
         return out
 
     def feed(self, kind: str, value: Any) -> list[str]:

@@ -65,12 +65,14 @@ def _json_args(value: Any, param: str) -> str:
 
 def to_chat(req: MessagesRequest, *, stream: Optional[bool] = None) -> ChatCompletionRequest:
     messages: list[dict[str, Any]] = []
-    if req.system:
-        messages.append({"role": "system", "content": _text_blocks(req.system, "system")})
+    system = [_text_blocks(req.system, "system")] if req.system else []
     for i, m in enumerate(req.messages):
         role, content = m.get("role"), m.get("content")
+        if role == "system":        # Claude Code 2.1.154+ sends some (agent lists, reminders) inside `messages`
+            system.append(_text_blocks(content, f"messages.{i}.content"))
+            continue
         if role not in ("user", "assistant"):
-            raise refused_type(f"messages.{i}.role", "'user' or 'assistant'")
+            raise refused_type(f"messages.{i}.role", "'user', 'assistant' or 'system'")
         if isinstance(content, str):
             messages.append({"role": role, "content": content})
             continue
@@ -107,6 +109,8 @@ def to_chat(req: MessagesRequest, *, stream: Optional[bool] = None) -> ChatCompl
             if reasoning:
                 msg["reasoning_content"] = "".join(reasoning)
             messages.append(msg)
+    if any(system):     # one leading system message: most chat templates take no other
+        messages.insert(0, {"role": "system", "content": "\n\n".join(t for t in system if t)})
     body: dict[str, Any] = {
         "model": req.model, "messages": messages, "max_tokens": req.max_tokens, "temperature": req.temperature,
         "top_p": req.top_p, "top_k": req.top_k, "stop": req.stop_sequences or None,

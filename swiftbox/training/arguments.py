@@ -30,8 +30,8 @@ def batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> tuple[
     exact = packing_policy(model_type) == "exact"
     if cfg.packing and not exact:
         raise UserError(f"packing: true on {model_type}: packing is not exact for this family "
-                        f"({PACKING_NOT_EXACT[model_type]} carry state across the boundary of packed rows, so packed "
-                        f"samples would leak into each other); remove packing: (swiftbox pads and groups by length) "
+                        f"({PACKING_NOT_EXACT[model_type]}: packed samples can leak into each other); remove "
+                        f"packing: (swiftbox pads and groups by length) "
                         f"or set packing: false")
     default = platform.sft_batching() == "packing" and exact
     packing = cfg.packing if cfg.packing is not None else default

@@ -1,0 +1,114 @@
+"""The template matrix (issue 12): the real chat templates of every preset family (tests/fixtures/templates,
+provenance in its README) on the toy's tokenizer. For multi-turn with and without system, tool calls and
+reasoning: the labelled tokens decode to exactly the assistant replies plus the end-of-turn marker, the DPO
+completion is the reply and its prompt the generation prompt, and eval scores a choice on the whole reply.
+Templates that cannot render a conversation, or where a reply cannot be located, are refused (exit 2).
+The checks and what each template renders live in tests/support/family_table.py, which also builds the family table of
+docs/models.md from them (tests/unit/test_family_table.py)."""
+from __future__ import annotations
+
+import pytest
+
+from swiftbox import data
+from swiftbox.errors import UserError
+from tests.support.family_table import (
+    FAMILIES,
+    FIXTURE_OF,
+    NAMES,
+    TEMPLATES,
+    TURNS,
+    dpo_cases,
+    generation_cases,
+    reasoning_case,
+    replies,
+    sft_case,
+    tool_cases,
+    tool_dpo_cases,
+    use,
+)
+
+QWEN3_LAST = FAMILIES["Qwen-Qwen3-0.6B"].last_prefix
+
+
+@pytest.fixture(scope="module")
+def tok(toy_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(toy_dir)
+
+
+def test_every_preset_family_has_a_fixture():
+    from swiftbox.modeling.registry import PRESETS
+
+    missing = sorted({p.family for p in PRESETS} - set(FIXTURE_OF))
+    assert not missing, f"preset families without a real-template fixture: {missing}"
+    for family, name in FIXTURE_OF.items():
+        assert name in FAMILIES and (TEMPLATES / f"{name}.jinja").is_file(), family
+    assert sorted(p.stem for p in TEMPLATES.glob("*.jinja")) == NAMES    # every fixture is checked
+    readme = (TEMPLATES / "README.md").read_text(encoding="utf-8")
+    assert all(f"{name}.jinja" in readme for name in NAMES)     # every fixture has its provenance row
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("system", [False, True])
+def test_multi_turn_labels_are_exactly_the_replies(tok, name, system):
+    if system and not FAMILIES[name].system:
+        with pytest.raises(UserError, match="System role not supported"):
+            sft_case(tok, name, system)
+        return
+    got, want = sft_case(tok, name, system)
+    assert got == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reasoning_is_trained_as_the_template_renders_it(tok, name):
+    got, want = reasoning_case(tok, name)     # earlier turns lose their reasoning where the template drops it;
+    assert got == want                        # templates that ignore reasoning_content label the plain replies
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tool_calls_are_labelled_as_the_model_must_emit_them(tok, name):
+    for got, want in tool_cases(tok, name):   # the template's format, else swiftbox's default (data/dialect.py)
+        assert got == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dpo_split_and_eval_choice_use_the_same_spans(tok, name):
+    for got, want in dpo_cases(tok, name):
+        assert got == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tool_call_dpo_completion_ends_with_the_call(tok, name):
+    """A chosen reply that is a tool call ends where the template's call ends (its closing markup included), and is
+    what SFT labels for the same turn."""
+    for got, want in tool_dpo_cases(tok, name):
+        assert got == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generation_prompt_is_the_templates_own(tok, name):
+    for got, want in generation_cases(tok, name):
+        assert got == want
+
+
+def test_qwen3_partial_renders_are_not_prefixes_yet_labels_are_exact(tok):
+    use(tok, "Qwen-Qwen3-0.6B")
+    partial = tok.apply_chat_template(TURNS[:2], tokenize=False)
+    assert not tok.apply_chat_template(TURNS, tokenize=False).startswith(partial)
+    assert replies(tok, TURNS) == ["Hello.<|im_end|>", QWEN3_LAST + "Bye.<|im_end|>"]
+
+
+ECHO = ("{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}"
+        "{% if not loop.first %} (you said: {{ messages[loop.index0 - 1].content }}){% endif %}</u>"
+        "{% else %}<a>{{ m.content }}</a>{% endif %}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}")
+DROPS_HISTORY = ("{% for m in messages %}{% if m.role != 'assistant' or loop.last %}<{{ m.role }}>{{ m.content }}"
+                 "</s>{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+@pytest.mark.parametrize("template,why", [(ECHO, "would fall inside"), (DROPS_HISTORY, "does not render")])
+def test_templates_that_rewrite_history_are_refused(tok, template, why):
+    tok.chat_template = template
+    with pytest.raises(UserError, match=why) as err:
+        data.encode(tok, TURNS)
+    assert "chat_template" in str(err.value) and "\n" not in str(err.value)
