@@ -82,7 +82,7 @@ VARLEN_FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "phi3", "g
 def test_sdpa_varlen_is_exact_and_attends_per_sample(model_type, monkeypatch):
     """The opt-in CPU lever (SWIFTBOX_CPU_ATTENTION=sdpa_varlen): packed rows get the per-token loss and gradients
     they get alone, and SDPA really runs per sample (no call spans the whole packed row)."""
-    from tests.packing_exact import ROW_LENGTHS
+    from tests.support.packing_exact import ROW_LENGTHS
 
     lengths = []
     original = torch.nn.functional.scaled_dot_product_attention
