@@ -21,8 +21,8 @@ Levers (one at a time, everything else the default):
 
 A lever is kept when it beats the default in every one of >= 2 rounds and its per-step loss curve matches the
 default's (fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median
-and spread, the per-step losses; per lever the ratio to the default (median, and the range over rounds), the loss agreement,
-`kept` (wins without changing the loss) and the load (uptime) around every run.
+and spread, the per-step losses; per lever the ratio to the default (median, and the range over rounds), the loss
+agreement, `kept` (wins without changing the loss) and the load (uptime) around every run.
 
     ./launch.sh bench sft-levers [--rows 24] [--rounds 2] [--levers sdpa_varlen,padded,...] [--model NAME|DIR]
                                  [--profile]
