@@ -9,8 +9,8 @@ has one). Batches without boundaries (padded rows, evaluation, generation) go to
 with the mask transformers built, so the name is safe to train any batch with.
 
 Opt-in on the CPU: `SWIFTBOX_CPU_ATTENTION=sdpa_varlen` (the default `sdpa` keeps transformers' kernel). Exact by
-test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row alone); kept off by default until
-`bench sft-levers` measures a win on the real model (docs/benchmarks.md).
+test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row alone); opt-in while
+`bench sft-levers` disagrees across machines (1.42x on a 2-core EPYC, 0.98x on an AMX Xeon: docs/benchmarks.md).
 """
 from __future__ import annotations
 
