@@ -12,20 +12,15 @@ skipped, saying why, where it cannot be had). The adapter is a PEFT LoRA with no
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
 from swiftbox.device.cpu import CpuPlatform
-from tests.support.serve_fixtures import KEY, make_adapter, start_server
+from tests.support.serve_fixtures import KEY, make_adapter, serve_process, start_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -37,43 +32,6 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Li
 NEW = 24
 NAME = "smol"
 ADAPTER = "mine"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _serving(argv: list[str], log: Path) -> Iterator[str]:
-    """`python -m swiftbox serve ...` on a free loopback port, until /health answers; always stopped."""
-    port = _free_port()
-    env = {**os.environ, "SWIFTBOX_API_KEY": KEY, "SWIFTBOX_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "swiftbox", "serve", *argv, "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    began = time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"serve exited {proc.returncode}: {log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() - began > 900:
-                raise AssertionError(f"serve not healthy in 900 s: {log.read_text()[-3000:]}")
-            time.sleep(1)
-        print(f"engine vllm healthy in {time.monotonic() - began:.1f} s (load {os.getloadavg()[0]:.2f})")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def _chat(client, model: str, prompt: str) -> tuple[str, int, str]:
@@ -114,7 +72,9 @@ def vllm_server(reference, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
     argv = ["smollm2-135m-instruct", "--engine", "vllm", "--dtype", "float32", "--device", "cpu",
             "--served-model-name", NAME, "--max-model-len", "2048", "--runtime-adapters", "--adapter-root", str(root)]
-    with _serving(argv, log) as url:
+    began = time.monotonic()
+    with serve_process(argv, log, key=KEY, ready_s=900, stop_s=60, env={"SWIFTBOX_OFFLINE": "1"}) as url:
+        print(f"engine vllm healthy in {time.monotonic() - began:.1f} s (load {os.getloadavg()[0]:.2f})")
         yield url, openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=600)
 
 

@@ -1,7 +1,17 @@
-"""Helpers for the serve tests: LoRA adapters on toy that answer differently, and a live server."""
+"""Helpers for the serve tests: LoRA adapters on toy that answer differently, a live server in this process, and
+`python -m swiftbox serve` as a child process."""
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
 
 KEY = "test-key-123"
 
@@ -47,3 +57,43 @@ def start_server(model_ref: str, *, adapters: dict | None = None, api_key: str |
         close()
 
     return server, names, stop
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_process(argv: list[str], log: Path, *, key: str, ready_s: int = 300, stop_s: int = 30,
+                  env: dict[str, str] | None = None) -> Iterator[str]:
+    """`python -m swiftbox serve ARGV --port P` on a free loopback port, yielding its URL once /health answers
+    (AssertionError with the log's tail if it exits or is not ready in `ready_s`); always stopped."""
+    import httpx
+
+    port = free_port()
+    child_env = {**os.environ, "SWIFTBOX_API_KEY": key, "PYTHONPATH": str(ROOT), **(env or {})}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "swiftbox", "serve", *argv, "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, env=child_env, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + ready_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"serve exited {proc.returncode}: {log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"serve not healthy in {ready_s} s: {log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
