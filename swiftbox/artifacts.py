@@ -5,8 +5,10 @@ checkpoints in it) and the runner renames it to `<output>` only once the manifes
 directory named like a finished output always is one.
 
 swiftbox deletes only what swiftbox wrote: `--force` and a recipe's default output replace a directory holding a
-manifest, or an empty one; a work dir is wiped only when it carries swiftbox's mark (`PARTIAL_MARK`, written
-when it is made). Anything else in the way is exit 2 naming it, with every file left where it was.
+manifest a swiftbox run wrote (versioned `swiftbox_manifest` with the fields every run writes: kind, config,
+versions, timings.started - a user's own `swiftbox.json`, even `{}`, is not one), or an empty one; a work dir is
+wiped only when it carries swiftbox's mark (`PARTIAL_MARK`, written when it is made).
+Anything else in the way is exit 2 naming it, with every file left where it was.
 """
 from __future__ import annotations
 
@@ -73,16 +75,42 @@ def partial_dir(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
 
 
-def is_swiftbox_output(path: Path) -> bool:
-    """A directory swiftbox may replace: it holds a manifest (a finished swiftbox output) or nothing at all."""
+# what the runner writes into every step's manifest (runner._manifest): a file with the name but not these is not
+# proof that swiftbox wrote the directory (`{}` or someone's own swiftbox.json)
+MANIFEST_VERSIONS = (1,)
+MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {"kind": str, "versions": dict, "timings": dict,
+                                                       "config": dict}
+
+
+def manifest_problem(data: dict) -> str | None:
+    """Why a parsed swiftbox.json is not one a swiftbox run wrote (None when it is)."""
+    version = data.get("swiftbox_manifest")
+    if isinstance(version, bool) or version not in MANIFEST_VERSIONS:
+        return f"its swiftbox_manifest is {version!r}, not one of {list(MANIFEST_VERSIONS)}"
+    wrong = [key for key, kind in MANIFEST_FIELDS.items() if not isinstance(data.get(key), kind)]
+    if wrong:
+        return f"it lacks the field(s) a run writes: {', '.join(wrong)}"
+    if not isinstance(data["timings"].get("started"), str):
+        return "it lacks the field(s) a run writes: timings.started"
+    return None
+
+
+def ownership_problem(path: Path) -> str | None:
+    """Why swiftbox may not replace directory `path` (None: it is empty or holds a manifest a swiftbox run wrote)."""
     if not path.is_dir():
-        return False
+        return "it is not a directory"
     if (path / MANIFEST).is_file():
         try:
-            return read_manifest(path) is not None
-        except UserError:          # a swiftbox.json that is not ours (or is broken): not proof enough to delete
-            return False
-    return not any(path.iterdir())
+            data = read_manifest(path)
+        except UserError as exc:   # a swiftbox.json that is not ours (or is broken): not proof enough to delete
+            return str(exc).split(": ", 1)[-1]
+        return manifest_problem(data) if data is not None else f"no {MANIFEST} in it"
+    return None if not any(path.iterdir()) else f"no {MANIFEST} in it"
+
+
+def is_swiftbox_output(path: Path) -> bool:
+    """A directory swiftbox may replace: it holds a manifest a swiftbox run wrote, or nothing at all."""
+    return ownership_problem(path) is None
 
 
 def check_replaceable(output: Path) -> None:
@@ -93,10 +121,21 @@ def check_replaceable(output: Path) -> None:
         kind = "a symlink" if output.is_symlink() else "not a directory"
         raise UserError(f"output {output} exists and is {kind}; swiftbox replaces only its own output directories, "
                         "so choose another output or move it away")
-    if not is_swiftbox_output(output):
-        raise UserError(f"output {output} is not a swiftbox output (no {MANIFEST} in it) and is not empty; swiftbox "
-                        "replaces only its own outputs, even with --force: choose another output or move its files "
-                        "away")
+    why = ownership_problem(output)
+    if why is not None:
+        raise UserError(f"output {output} is not a swiftbox output ({why}) and is not empty; swiftbox would delete "
+                        f"{_listing(output)}; it replaces only its own outputs, even with --force: choose another "
+                        "output or move its files away")
+
+
+def _listing(path: Path, most: int = 3) -> str:
+    """What replacing `path` would delete, in a few words: '2 files (a.txt, b/...)'."""
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    except OSError:
+        return "its contents"
+    shown = ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+    return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'} ({shown})"
 
 
 def check_summary_replaceable(file: Path) -> None:
