@@ -3,7 +3,8 @@ several servers in one process keep their own numbers).
 
 What is measured where:
 - `RequestCounter` (ASGI middleware, outermost): every HTTP request by route template, method and status,
-  401s and 413s from the guard included.
+  401s and 413s from the guard included; an exception that escapes the app (answered 500 by Starlette's error
+  middleware, outside this one) counts as 500, a request cancelled before any answer (client gone) as 499.
 - the built-in backend's request runs (builtin/backend.py, Run) call `observe_*`: prompt and generation tokens,
   time to first token, inter-token latency and end-to-end latency per model, timed on the server's event
   loop, i.e. as the client sees them (queueing and tokenizing included).
@@ -14,6 +15,7 @@ The vLLM backend has no EngineStats; its child's own `vllm:*` families are appen
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Optional, Protocol
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -124,6 +126,12 @@ class RequestCounter:
 
         try:
             await self.app(scope, receive, recording)
+        except BaseException as exc:
+            # nothing sent yet: a bug (Starlette's outermost error middleware answers it with a 500) is a 500; only a
+            # cancellation (the client went away, the server is stopping) is 499
+            if not status["code"]:
+                status["code"] = 499 if isinstance(exc, (asyncio.CancelledError, GeneratorExit)) else 500
+            raise
         finally:
-            code = str(status["code"] or 499)  # nothing sent: the client went away first
+            code = str(status["code"] or 499)  # returned without a response: the client went away first
             self.metrics.requests.labels(route_of(scope.get("path", "")), scope.get("method", ""), code).inc()
