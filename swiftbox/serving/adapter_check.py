@@ -254,7 +254,8 @@ def check_weights(path: Path, options: dict, *, bytes_left: int, budget_hint: st
     except AdapterRefused:
         raise
     except Exception as exc:  # noqa: BLE001 - safetensors' own error types: a file that does not read
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        reason = getattr(exc, "strerror", None) if isinstance(exc, OSError) else None   # an OSError names the path
+        reason = (reason or " ".join(str(exc).replace(str(path), path.name).split())[:160] or type(exc).__name__)
         raise AdapterRefused("weights", f"{WEIGHTS} cannot be read ({reason})") from None
     rank = max((p["A"] for p in ranks.values()), default=0)
     return CheckedAdapter(path=path, options=options, rank=rank, nbytes=nbytes, tensors=tensors)

@@ -47,6 +47,7 @@ class AdapterPolicy:
     roots: list[Path]                    # resolved
     base_ref: str                        # the served base model as it was named (toy, a hub id, a path)
     base_dir: Path
+    base_name: str = ""                  # the base as it is served (what a client sees; never a server path)
     max_rank: Optional[int] = None       # the largest LoRA rank a runtime adapter may have (vLLM's --max-lora-rank)
     base_vocab: Optional[int] = None
     notes: list[str] = field(default_factory=list)
@@ -71,7 +72,7 @@ class AdapterPolicy:
         """The checked adapter to load, or ApiError with the reason (blocking: file reads)."""
         try:
             path = self.confine(raw_path)
-            config = self._config(path)
+            config = self._config(path, raw_path)
         except (OSError, RuntimeError, ValueError) as exc:   # a name too long, a loop of links, ~nobody, ...
             reason = getattr(exc, "strerror", None) or type(exc).__name__
             raise refused(400, f"lora_path: cannot use {raw_path[:200]!r} ({reason})", "adapter_not_found") from None
@@ -125,29 +126,37 @@ class AdapterPolicy:
     def confine(self, raw_path: str) -> Path:
         real = Path(os.path.realpath(Path(raw_path).expanduser()))     # symlinks and `..` resolved
         if not any(real == root or real.is_relative_to(root) for root in self.roots):
-            allowed = ", ".join(str(r) for r in self.roots)
-            raise refused(403, f"lora_path: {raw_path} is outside the adapter roots this server allows ({allowed}); "
-                               "start it with --adapter-root DIR to allow another", "adapter_path_forbidden")
+            # the roots are the server's own paths: their count, never their names (a client learns no layout)
+            count = f"{len(self.roots)} director{'y' if len(self.roots) == 1 else 'ies'}"
+            raise refused(403, f"lora_path: {raw_path[:200]} is outside the adapter roots this server allows "
+                               f"({count}); start it with --adapter-root DIR to allow another",
+                          "adapter_path_forbidden")
         if not real.is_dir():
-            raise refused(404, f"lora_path: no adapter directory at {raw_path}", "adapter_not_found")
+            raise refused(404, f"lora_path: no adapter directory at {raw_path[:200]}", "adapter_not_found")
         for entry in real.iterdir():       # what PEFT reads must not lead out of the roots either
             target = Path(os.path.realpath(entry))
             if not any(target == root or target.is_relative_to(root) for root in self.roots):
-                raise refused(403, f"lora_path: {entry.name} in {raw_path} links outside the adapter roots",
+                raise refused(403, f"lora_path: {entry.name[:120]} in {raw_path[:200]} links outside the adapter roots",
                               "adapter_path_forbidden")
         return real
 
-    def _config(self, path: Path) -> dict:
+    def _config(self, path: Path, shown: str) -> dict:
+        """The adapter's config; errors name the directory as the client wrote it (`shown`), never its real path."""
+        shown = shown[:200]
         if not (path / CONFIG).is_file():
-            raise refused(400, f"lora_path: {path} is not a LoRA adapter directory (no {CONFIG})", "not_an_adapter")
+            raise refused(400, f"lora_path: {shown} is not a LoRA adapter directory (no {CONFIG})", "not_an_adapter")
         try:
             config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise refused(400, f"lora_path: {CONFIG} cannot be read ({exc})", "not_an_adapter") from None
+        except OSError as exc:
+            raise refused(400, f"lora_path: {CONFIG} cannot be read ({exc.strerror or type(exc).__name__})",
+                          "not_an_adapter") from None
+        except (ValueError, RecursionError) as exc:
+            raise refused(400, f"lora_path: {CONFIG} cannot be read ({' '.join(str(exc).split())[:160]})",
+                          "not_an_adapter") from None
         if not isinstance(config, dict):
             raise refused(400, f"lora_path: {CONFIG} is not a JSON object", "not_an_adapter")
         if not (path / WEIGHTS).is_file():
-            raise refused(400, f"lora_path: {path} has no {WEIGHTS} (swiftbox loads safetensors weights only)",
+            raise refused(400, f"lora_path: {shown} has no {WEIGHTS} (swiftbox loads safetensors weights only)",
                           "not_an_adapter")
         return config
 
@@ -165,8 +174,8 @@ class AdapterPolicy:
             self._identity = BaseIdentity.of(self.base_ref, self.base_dir)
         if self._identity.matches(ref, revision if isinstance(revision, str) else None):
             return None
-        named = f"{ref}@{revision}" if isinstance(revision, str) and revision else ref
-        return f"the adapter was trained on {named}; this server serves {self.base_ref}"
+        named = shown_ref(ref) + (f"@{revision[:80]}" if isinstance(revision, str) and revision else "")
+        return f"the adapter was trained on {named}; this server serves {self.base_name or shown_ref(self.base_ref)}"
 
     def engine_problems(self, path: Path, config: dict) -> list[str]:
         if config.get("peft_type", "LORA") != "LORA":
@@ -188,6 +197,15 @@ def _config_value(path: Path, key: str) -> Any:
     except (OSError, ValueError, RecursionError):
         return None
     return config.get(key) if isinstance(config, dict) else None
+
+
+def shown_ref(ref: str) -> str:
+    """A model reference as an error may show it to a client: a hub id or a bare name as written; a filesystem path
+    (the server's, or the training machine's) only by its last component."""
+    text = str(ref).strip()[:200]
+    if hub_ids(text) or not any(sep in text for sep in ("/", "\\")) or text.lower().startswith(HUB_PREFIXES):
+        return text
+    return f"a local model directory named {Path(text).name or text.strip('/') or '/'!r}"
 
 
 HUB_PREFIXES = ("hf:", "ms:", "modelscope:")
@@ -272,14 +290,15 @@ def default_roots() -> list[str]:
     return ["runs"]
 
 
-def make_policy(cfg, engine: str, spec, *, max_rank: Optional[int] = None) -> Optional[AdapterPolicy]:
+def make_policy(cfg, engine: str, spec, *, max_rank: Optional[int] = None,
+                base_name: str = "") -> Optional[AdapterPolicy]:
     """The policy for this serve config, or None where runtime adapters are off."""
     if not runtime_enabled(cfg, engine, bool(cfg.adapters) or bool(spec.adapters)):
         return None
     roots = [Path(os.path.realpath(Path(r).expanduser())) for r in (cfg.adapter_root or default_roots())]
     vocab = fit.vocab_size(Path(spec.base))
     return AdapterPolicy(engine=engine, roots=roots, base_ref=spec.base_ref, base_dir=Path(spec.base),
-                         max_rank=max_rank, base_vocab=vocab, max_loaded=cfg.max_loaded_adapters,
+                         base_name=base_name, max_rank=max_rank, base_vocab=vocab, max_loaded=cfg.max_loaded_adapters,
                          max_bytes=cfg.max_adapter_memory_mb << 20)
 
 

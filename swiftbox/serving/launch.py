@@ -141,7 +141,7 @@ def open_backend(cfg: ServeStep, ref: str, platform: Platform, *, work_dir: Path
         backend, names, close = _open_vllm(cfg, spec, names, platform, dtype, work_dir, log, preset_for(ref, spec))
     else:
         backend, names, close = _open_builtin(cfg, spec, names, platform, dtype, log)
-    backend.runtime_adapters = make_policy(cfg, engine, spec, max_rank=backend.max_lora_rank)
+    backend.runtime_adapters = make_policy(cfg, engine, spec, max_rank=backend.max_lora_rank, base_name=names.base)
     if backend.runtime_adapters is not None:
         log("runtime adapters: clients may load LoRA adapters from "
             + ", ".join(str(r) for r in backend.runtime_adapters.roots))
