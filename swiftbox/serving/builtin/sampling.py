@@ -1,4 +1,5 @@
-"""Per-request sampling for the built-in engine: penalties, temperature, top-k, top-p, seeded draws, logprobs.
+"""Per-request sampling for the built-in engine: output grammar, logit bias, penalties, temperature, top-k, top-p,
+seeded draws, logprobs.
 
 One row of logits per sequence; each sequence carries its own settings and, when it asked for a
 seed, its own torch.Generator - so a seeded request gives the same answer whatever else is batched.
@@ -7,11 +8,14 @@ A row whose scores are not finite raises `NonFiniteLogits`; the engine fails tha
 Logprobs follow OpenAI's and vLLM's meaning: the log-softmax of the model's raw next-token scores, before
 penalties, temperature, top-k and top-p (the distribution the model gives, not the one the draw used), for
 the chosen token and the `top_logprobs` most likely ones.
+
+The scores are shaped in vLLM's order: the output grammar's mask (constrained.py: forbidden tokens at -inf), then
+`logit_bias` (OpenAI's: added to the raw score; -100 bans a token, +100 all but forces it), then the penalties.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -26,7 +30,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logprobs: Optional[int] = None      # None: none; k >= 0: the chosen token's logprob and the top k
-
+    logit_bias: Optional[dict[int, float]] = None   # token id -> added to its score
+    grammar: Any = None                 # constrained.Grammar: each sequence samples under its own matcher
 
     @property
     def greedy(self) -> bool:
@@ -35,6 +40,11 @@ class SamplingParams:
     @property
     def penalised(self) -> bool:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1.0
+
+    @property
+    def shaped(self) -> bool:
+        """Whether the raw scores are changed before the pick (a plain greedy row needs only their argmax)."""
+        return self.penalised or bool(self.logit_bias) or self.grammar is not None
 
 
 class NonFiniteLogits(ValueError):
@@ -51,11 +61,17 @@ def make_generator(seed: Optional[int]):
     return gen
 
 
-def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: list[int], generator) -> int:
-    """Pick the next token from one row of logits (1-D float tensor on any device)."""
+def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: list[int], generator,
+               matcher=None) -> int:
+    """Pick the next token from one row of logits (1-D float tensor on any device), under the sequence's grammar
+    matcher when it has one. The row itself is never changed (the engine reads logprobs from it afterwards)."""
     import torch
 
     logits = logits.float()
+    if matcher is not None:
+        logits = matcher.mask(logits)
+    if params.logit_bias:
+        logits = add_bias(logits, params.logit_bias)
     if params.penalised:
         logits = logits.clone()
         if params.repetition_penalty != 1.0:
@@ -84,6 +100,15 @@ def sample_row(logits, params: SamplingParams, prompt_ids: list[int], out_ids: l
         choice = torch.multinomial(sorted_p.cpu(), 1, generator=generator)
         return int(order[int(choice)])
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+def add_bias(logits, bias: dict[int, float]):
+    """`logits` (1-D) plus OpenAI's `logit_bias` (ids checked against the vocabulary by the backend); a new tensor."""
+    import torch
+
+    ids = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
+    values = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
+    return logits.index_add(0, ids, values)
 
 
 def _check_finite(logits) -> None:
