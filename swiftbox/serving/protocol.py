@@ -24,6 +24,8 @@ MAX_STOP = 4
 MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
 MAX_TOP_K = 1_000_000           # larger than any vocabulary
 MAX_TOP_LOGPROBS = 20           # OpenAI's bound for chat; vLLM's default for completions too
+MAX_PROMPTS = 1024              # prompts in one completions request (each is a sequence; the queue bound applies)
+MAX_TOKEN_ID = 2**31 - 1        # the engine checks ids against the model's vocabulary
 
 
 def utf8(text: str) -> str:
@@ -183,29 +185,51 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: Union[str, list[str]] = Field(...)
+    """A text completion. `prompt` takes the four forms of OpenAI's API and vLLM's: a string, a list of strings, a
+    list of token ids, a list of token-id lists; a list is a batch (choices come back prompt-major: prompt p's
+    choice j has index p * n + j). `echo` with `logprobs` returns the prompt's own log-probabilities (the first
+    token's is null); `max_tokens: 0` with `echo` scores the prompt without generating (lm-eval's log-likelihood)."""
+
+    prompt: list[Union[str, list[int]]] = Field(...)
     echo: bool = False
     logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    max_tokens: Optional[int] = Field(None, ge=0, le=MAX_TOKENS)
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, value):
-        if isinstance(value, list):
-            if len(value) != 1:
-                raise ValueError("exactly one prompt string per request is supported")
-            value = value[0]
-        if not value:
-            raise ValueError("prompt must be non-empty")
-        return utf8(value)
+    def _prompts(cls, value):
+        """Every form as a list of prompts (strings or token-id lists, not mixed), each non-empty."""
+        def ids(item) -> bool:
+            return isinstance(item, list) and bool(item) and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in item)
+
+        if isinstance(value, str) or ids(value):
+            value = [value]
+        if not isinstance(value, list) or not value:
+            raise ValueError("expected a string, a list of strings, a list of token ids or a list of token-id lists")
+        if len(value) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
+        if all(isinstance(item, str) for item in value):
+            if not all(value):
+                raise ValueError("prompt must be non-empty")
+            return [utf8(item) for item in value]
+        if all(ids(item) for item in value):
+            if any(t < 0 or t > MAX_TOKEN_ID for item in value for t in item):
+                raise ValueError("token ids must be non-negative integers within the vocabulary")
+            return value
+        raise ValueError("expected a string, a list of strings, a list of token ids or a list of token-id lists "
+                         "(strings and token ids are not mixed; token-id lists are non-empty)")
+
+    @model_validator(mode="after")
+    def _zero_tokens(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ApiError(400, "max_tokens: 0 generates nothing; it is only meaningful with echo: true (the prompt's "
+                                "log-probabilities)", param="max_tokens", code="invalid_value")
+        return self
 
     @property
     def logprob_count(self) -> Optional[int]:
         return self.logprobs
-
-    @property
-    def prompt_text(self) -> str:
-        """The one prompt (a one-element list was unpacked by the validator)."""
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
 class LoadLoraAdapterRequest(BaseModel):

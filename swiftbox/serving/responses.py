@@ -15,7 +15,7 @@ methods here over the same Output, so every engine serves it without knowing it 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, Union
 
 from swiftbox.serving.protocol import (
     AssistantMessage,
@@ -172,6 +172,7 @@ class ResponseBuilder:
 # -- logprobs ---------------------------------------------------------------------------------------------
 # (token id, (chosen logprob, [(top id, top logprob), ...])) per generated token
 Entry = tuple[int, tuple[float, list[tuple[int, float]]]]
+PromptEntry = tuple[int, Optional[tuple[float, list[tuple[int, float]]]]]   # an echoed prompt's first: (id, None)
 
 
 class LogprobFormatter:
@@ -204,17 +205,27 @@ class LogprobFormatter:
                    for token, (lp, top) in entries]
         return {"content": content, "refusal": None}
 
-    def completion(self, entries: list[Entry], offset: int) -> tuple[Optional[dict], int]:
-        """The legacy shape, and the text offset after these tokens (offsets count characters of the answer,
-        starting at `offset`: the echoed prompt's length, or where the previous chunk ended)."""
+    def completion(self, entries: Sequence[PromptEntry], offset: int) -> tuple[Optional[dict], int]:
+        """The legacy shape, as vLLM writes it, and the text offset after these tokens (each token's offset is
+        `offset` plus the lengths of the token texts before it in this call). `top_logprobs` holds the token itself
+        and the `logprobs` most likely (up to logprobs + 1 entries, as OpenAI documents). An echoed prompt's first
+        token has no logprob: its entry is (id, None) and its logprob and top_logprobs are null."""
         if not entries:
             return None, offset
-        tokens, values, tops, offsets = [], [], [], []
-        for token, (lp, top) in entries:
+        tokens: list[str] = []
+        values: list[Optional[float]] = []
+        tops: list[Optional[dict[str, float]]] = []
+        offsets: list[int] = []
+        for token, found in entries:
             text = self.text(token)
             tokens.append(text)
-            values.append(max(lp, FLOOR))
-            tops.append({self.text(t): max(v, FLOOR) for t, v in top})
+            if found is None:
+                values.append(None)
+                tops.append(None)
+            else:
+                lp, top = found
+                values.append(max(lp, FLOOR))
+                tops.append({text: max(lp, FLOOR), **{self.text(t): max(v, FLOOR) for t, v in top}})
             offsets.append(offset)
             offset += len(text)
         return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}, offset

@@ -59,7 +59,9 @@ def logprobs_against_a_forward_pass(client, live, prompt: str = "Is 3 odd? Answe
                                   frequency_penalty=0.5, extra_body={"return_tokens_as_token_ids": True})
     lp = r.choices[0].logprobs
     ids = [int(t.removeprefix("token_id:")) for t in lp.tokens]
-    assert len(ids) == r.usage.completion_tokens >= 1 and all(len(top) == 2 for top in lp.top_logprobs)
+    assert len(ids) == r.usage.completion_tokens >= 1
+    # the token itself and the 2 most likely (OpenAI and vLLM: up to logprobs + 1 entries)
+    assert all(top[t] == v and 2 <= len(top) <= 3 for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs))
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(ids))]
     prompt_ids = backend.tokenizer(prompt)["input_ids"]
     with torch.no_grad():   # the same model object: the same dtype on both sides

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.serving.builtin.engine import QueueFull
@@ -22,7 +22,16 @@ from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
 from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
 from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
-from swiftbox.serving.responses import DONE, Entry, LogprobFormatter, Output, ResponseBuilder, error_event, output
+from swiftbox.serving.responses import (
+    DONE,
+    Entry,
+    LogprobFormatter,
+    Output,
+    PromptEntry,
+    ResponseBuilder,
+    error_event,
+    output,
+)
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -156,8 +165,23 @@ class BuiltinBackend:
         names = {t["function"]["name"] for t in req.tools or []}
         return lambda text: toolcalls.parse(text, fmt, think=think, tool_names=names)
 
-    def text_prompt(self, req) -> list[int]:
-        return self.encode(req.prompt, "prompt")
+    def text_prompt(self, req: CompletionRequest) -> list[list[int]]:
+        """The token ids of each of the request's prompts (a token-id prompt is checked against the vocabulary)."""
+        vocab = self.vocab_size()
+        out = []
+        for prompt in req.prompt:
+            if isinstance(prompt, str):
+                out.append(self.encode(prompt, "prompt"))
+                continue
+            if max(prompt) >= vocab:
+                raise ApiError(400, f"prompt: token id {max(prompt)} is outside this model's vocabulary "
+                                    f"(0..{vocab - 1})", param="prompt", code="invalid_value")
+            out.append(list(prompt))
+        return out
+
+    def vocab_size(self) -> int:
+        config = getattr(self.engine.model, "config", None)
+        return int(getattr(config, "vocab_size", None) or len(self.tokenizer))
 
     def encode(self, text: str, param: str, **kwargs) -> list[int]:
         """The prompt's ids; a tokenizer that cannot encode it is a 400 naming why (the request's text is what it
@@ -209,15 +233,22 @@ class BuiltinBackend:
         return await self._respond(req, prompt, params, request, chat=True, started=started)
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:
+        """One or more prompts (a batch: each prompt its own prefill and `n` rows, choices prompt-major)."""
         started = time.perf_counter()
-        self.check_size(len(req.prompt), "prompt")
-        self.check_room(req.n)
-        prompt = await asyncio.to_thread(self.text_prompt, req)
-        params = self.params(req, len(prompt), DEFAULT_COMPLETION_MAX_TOKENS, "prompt")
-        return await self._respond(req, prompt, params, request, chat=False, started=started)
+        self.check_size(sum(len(p) for p in req.prompt if isinstance(p, str)), "prompt")
+        sequences = len(req.prompt) * req.n
+        if sequences > self.engine.max_waiting:
+            raise ApiError(400, f"prompt: {len(req.prompt)} prompts x n={req.n} are {sequences} sequences, more than "
+                                f"this server queues ({self.engine.max_waiting}); send fewer prompts per request",
+                           param="prompt", code="invalid_value")
+        self.check_room(sequences)
+        prompts = await asyncio.to_thread(self.text_prompt, req)
+        params = [self.params(req, len(p), DEFAULT_COMPLETION_MAX_TOKENS, "prompt") for p in prompts]
+        return await self._respond(req, prompts, params, request, chat=False, started=started)
 
-    async def _respond(self, req: AnyRequest, prompt: list[int], params: SamplingParams, request: Optional[Request],
-                       *, chat: bool, started: Optional[float] = None) -> Response:
+    async def _respond(self, req: AnyRequest, prompt: Union[list[int], list[list[int]]],
+                       params: Union[SamplingParams, list[SamplingParams]], request: Optional[Request], *, chat: bool,
+                       started: Optional[float] = None) -> Response:
         from fastapi.responses import JSONResponse, Response, StreamingResponse
 
         run = Run(self, req, prompt, params, started=started)
@@ -242,68 +273,96 @@ class BuiltinBackend:
 class Run:
     """One request in flight: its n sequences, their text streams, and the answer being built."""
 
-    def __init__(self, backend: BuiltinBackend, req: AnyRequest, prompt: list[int], params: SamplingParams,
-                 started: Optional[float] = None):
-        self.backend, self.req, self.prompt, self.params = backend, req, prompt, params
+    def __init__(self, backend: BuiltinBackend, req: AnyRequest, prompt: Union[list[int], list[list[int]]],
+                 params: Union[SamplingParams, list[SamplingParams]], started: Optional[float] = None):
+        """`prompt`: one prompt's ids, or (a completions batch) one list per prompt with `params` per prompt; choice
+        i belongs to prompt i // n."""
+        many = bool(prompt) and isinstance(prompt[0], list)
+        self.prompts = cast(list[list[int]], list(prompt) if many else [prompt])
+        self.per_prompt = list(params) if isinstance(params, list) else [params] * len(self.prompts)
+        self.backend, self.req, self.params = backend, req, self.per_prompt[0]
+        self.count = len(self.prompts) * req.n           # choices
         self.adapter = backend.adapter_for(req.model)   # before any answer is sent: a 404, not a broken stream
         self.started = started if started is not None else time.perf_counter()
-        self.last_token: list[Optional[float]] = [None] * req.n
+        self.last_token: list[Optional[float]] = [None] * self.count
         self.observed = False
         self.chat = isinstance(req, ChatCompletionRequest)
         self.bodies = ResponseBuilder.start("chat" if self.chat else "completion", req.model,
                                             include_usage=req.include_usage)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.handles: list[Any] = []
-        self.streams = [TextStream(backend.tokenizer, params.stop) for _ in range(req.n)]
-        self.tokens = [0] * req.n
+        self.streams = [TextStream(backend.tokenizer, self.params.stop) for _ in range(self.count)]
+        self.tokens = [0] * self.count
         wants_tools = isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice != "none"
         chat_parsed = isinstance(req, ChatCompletionRequest) and (wants_tools or backend.thinking)
         self.parser = backend.answer_parser(req) if chat_parsed else None   # plain text: no parser to build
-        self.want_logprobs = params.logprobs is not None
-        self.logprobs: list[list[Entry]] = [[] for _ in range(req.n)]   # per choice, since the last chunk
-        self._pending_lp: list = [None] * req.n
+        self.want_logprobs = self.params.logprobs is not None
+        self.logprobs: list[list[PromptEntry]] = [[] for _ in range(self.count)]   # per choice, since the last chunk
+        self._pending_lp: list = [None] * self.count
         self.fmt = LogprobFormatter(backend.tokenizer, as_ids=req.return_tokens_as_token_ids)
-        self.echo = req.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
-        self.offsets = [len(self.echo)] * req.n
+        echo = isinstance(req, CompletionRequest) and req.echo
+        # the echoed prompt: its text (a token-id prompt decoded, as vLLM does) and, with logprobs, its tokens'
+        self.echoes = [self._echo_text(p, i) for i, p in enumerate(self.prompts)] if echo else [""] * len(self.prompts)
+        self.prompt_lp = self.want_logprobs and echo
+        self.echoed = [False] * self.count            # the echo chunk is sent (streaming)
+        self.offsets = [0] * self.count               # characters of text sent so far (streaming text_offset)
+
+    def _echo_text(self, ids: list[int], p: int) -> str:
+        given = self.req.prompt[p] if isinstance(self.req, CompletionRequest) else None
+        return given if isinstance(given, str) else self.backend.tokenizer.decode(ids)
+
+    def prompt_of(self, i: int) -> int:
+        return i // self.req.n
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         adapter = self.adapter
-        params = []
-        for i in range(self.req.n):
-            p = self.params
-            if self.req.n > 1 and p.seed is not None:
-                p = SamplingParams(**{**p.__dict__, "seed": p.seed + i})
-            params.append(p)
-        sinks = [(lambda k: lambda event: self.queue.put_nowait((k, event)))(i) for i in range(self.req.n)]
+        n = self.req.n
+        # a completion's end-of-text token is reported (its logprob, and it counts as a completion token, as vLLM)
+        extra: dict[str, Any] = {} if self.chat else {"eos_events": True}
+        if self.prompt_lp:
+            extra["prompt_logprobs"] = self.params.logprobs
         try:
-            self.handles = self.backend.engine.submit_many(self.prompt, params, adapter, sinks, loop)
+            for p, prompt in enumerate(self.prompts):
+                params = []
+                for j in range(n):
+                    sp = self.per_prompt[p]
+                    if n > 1 and sp.seed is not None:
+                        sp = SamplingParams(**{**sp.__dict__, "seed": sp.seed + j})
+                    params.append(sp)
+                sinks = [(lambda k: lambda event: self.queue.put_nowait((k, event)))(p * n + j) for j in range(n)]
+                self.handles += self.backend.engine.submit_many(prompt, params, adapter, sinks, loop, **extra)
         except QueueFull as full:
+            self.cancel()
             raise queue_full(full.waiting) from None
         except AdapterGone:  # unloaded between the model check and here
+            self.cancel()
             raise model_not_found(self.req.model, self.backend.model_names()) from None
 
-    def take_logprobs(self, i: int) -> list[Entry]:
+    def take_logprobs(self, i: int) -> list[PromptEntry]:
         """The logprob entries of choice i's tokens since the last call (what the next chunk carries)."""
         taken, self.logprobs[i] = self.logprobs[i], []
         return taken
 
-    def chat_logprobs(self, entries: list[Entry]) -> Optional[dict]:
-        return self.fmt.chat(entries) if self.want_logprobs else None
+    def chat_logprobs(self, entries: list[PromptEntry]) -> Optional[dict]:
+        """A chat answer's logprobs (its entries are generated tokens: never a prompt's logprob-less first)."""
+        return self.fmt.chat(cast(list[Entry], entries)) if self.want_logprobs else None
 
-    def completion_logprobs(self, i: int, entries: list[Entry]) -> Optional[dict]:
+    def completion_logprobs(self, i: int, entries: list[PromptEntry], offset: int = 0) -> Optional[dict]:
+        """Choice i's logprobs in the legacy shape; an end-of-text answer (no token) still carries its own entry."""
         if not self.want_logprobs:
             return None
-        out, self.offsets[i] = self.fmt.completion(entries, self.offsets[i])
-        return out
+        return self.fmt.completion(entries, offset)[0]
 
     def cancel(self) -> None:
         for h in self.handles:
             h.cancel()
 
     async def events(self):
-        """Yields (index, text_delta, finish_reason|None) until every choice has finished."""
-        open_ = set(range(self.req.n))
+        """Yields (index, text_delta, finish_reason|None) until every choice has finished; an echoed prompt's
+        logprobs (None first, then one entry per later prompt token) are yielded as (index, None, None) when they
+        arrive, before that choice's first token."""
+        open_ = set(range(self.count))
         while open_:
             i, (kind, value) = await self.queue.get()
             if i not in open_:
@@ -311,6 +370,16 @@ class Run:
             stream = self.streams[i]
             if kind == "logprobs":
                 self._pending_lp[i] = value
+                continue
+            if kind == "prompt_logprobs":
+                self.logprobs[i] = [(self.prompts[self.prompt_of(i)][0], None), *value, *self.logprobs[i]]
+                yield i, None, None
+                continue
+            if kind == "eos":     # the end-of-text token: no text; its logprob when asked, and it counts (vLLM)
+                self.tokens[i] += 1
+                if self._pending_lp[i] is not None:
+                    self.logprobs[i].append((value, self._pending_lp[i]))
+                    self._pending_lp[i] = None
                 continue
             if kind == "token":
                 self.tokens[i] += 1
@@ -333,7 +402,7 @@ class Run:
                                code="engine_error")
 
     def usage(self) -> Usage:
-        return usage(len(self.prompt), sum(self.tokens))
+        return usage(sum(len(p) for p in self.prompts), sum(self.tokens))
 
     def _observe_token(self, i: int) -> None:
         observer = self.backend.observer
@@ -351,26 +420,26 @@ class Run:
         if observer is None or self.observed or not self.handles:
             return
         self.observed = True
-        observer.observe_done(self.req.model, prompt_tokens=len(self.prompt), generated=sum(self.tokens),
-                              seconds=time.perf_counter() - self.started)
+        observer.observe_done(self.req.model, prompt_tokens=sum(len(p) for p in self.prompts),
+                              generated=sum(self.tokens), seconds=time.perf_counter() - self.started)
 
     async def whole(self, chat: bool) -> Any:
         """The whole answer's body (ChatCompletionResponse or CompletionResponse)."""
         self.start()
-        texts: list[str] = [""] * self.req.n
-        reasons: list[Optional[str]] = [None] * self.req.n
+        texts: list[str] = [""] * self.count
+        reasons: list[Optional[str]] = [None] * self.count
         try:
             async for i, delta, reason in self.events():
-                texts[i] += delta
+                texts[i] += delta or ""
                 if reason:
                     reasons[i] = reason
         finally:
             self.cancel()
             self._observe_done()
         if chat:
-            return self.bodies.chat([self._output(i, texts[i], reasons[i]) for i in range(self.req.n)], self.usage())
-        outputs = [Output(i, self.echo + texts[i], reasons[i],
-                          logprobs=self.completion_logprobs(i, self.take_logprobs(i))) for i in range(self.req.n)]
+            return self.bodies.chat([self._output(i, texts[i], reasons[i]) for i in range(self.count)], self.usage())
+        outputs = [Output(i, self.echoes[self.prompt_of(i)] + texts[i], reasons[i],
+                          logprobs=self.completion_logprobs(i, self.take_logprobs(i))) for i in range(self.count)]
         return self.bodies.completion(outputs, self.usage())
 
     def _output(self, i: int, text: str, reason: Optional[str]) -> Output:
@@ -379,12 +448,22 @@ class Run:
         return output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
 
     def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
-        """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk."""
+        """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk (a
+        completion's text_offset counts from the characters already sent, as vLLM's stream does)."""
         entries = [] if first else self.take_logprobs(i)
         if chat:
             d = DeltaMessage(role="assistant", content=delta or "") if first else DeltaMessage(content=delta or None)
             return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries))
-        return self.bodies.completion_chunk(i, delta or "", reason, self.completion_logprobs(i, entries))
+        logprobs = self.completion_logprobs(i, entries, self.offsets[i])
+        self.offsets[i] += len(delta or "")
+        return self.bodies.completion_chunk(i, delta or "", reason, logprobs)
+
+    def _echo_chunk(self, i: int) -> Optional[str]:
+        """Choice i's echoed prompt as its first chunk (with the prompt's logprobs, once they are in), once."""
+        if self.echoed[i] or not self.echoes[self.prompt_of(i)]:
+            return None
+        self.echoed[i] = True
+        return self._chunk(False, i, self.echoes[self.prompt_of(i)], None)
 
     async def sse(self, chat: bool):
         try:
@@ -394,14 +473,18 @@ class Run:
             yield DONE
             return
         try:
-            for i in range(self.req.n):
+            for i in range(self.count):
                 if chat:
                     yield self._chunk(chat, i, "", None, first=True)
-                elif self.echo:
-                    yield self._chunk(chat, i, self.echo, None)
-            held = [""] * self.req.n
+                elif not self.prompt_lp and (echoed := self._echo_chunk(i)):
+                    yield echoed
+            held = [""] * self.count
             try:
                 async for i, delta, reason in self.events():
+                    if not chat and (echoed := self._echo_chunk(i)):   # with logprobs: once the prompt's are in
+                        yield echoed
+                    if delta is None and reason is None:
+                        continue
                     if chat and self.parser:      # tool calls / reasoning: sent once the answer can be parsed
                         held[i] += delta or ""
                         if reason:

@@ -77,6 +77,8 @@ class Sequence:
     submitted: float = field(default_factory=time.monotonic)
     outbox: list = field(default_factory=list)   # the engine's: events wait there until the step's flush
     group: int = 0                  # sequences submitted together (the n choices of a request) share a prefill
+    prompt_logprobs: Optional[int] = None   # k: ("prompt_logprobs", entries) once the prompt is prefilled
+    eos_events: bool = False        # ("eos", id) (after its logprobs, when asked) before ("done", "stop")
 
     @property
     def pos(self) -> int:
@@ -165,11 +167,14 @@ class BuiltinEngine:
         return self.submit_many(prompt_ids, [params], adapter, [sink], loop)[0]
 
     def submit_many(self, prompt_ids: list[int], params: list[SamplingParams], adapter: Optional[str], sinks: list,
-                    loop) -> list[Handle]:
-        """Queue len(params) sequences on one prompt (a request's `n` choices): one prefill, then n rows."""
+                    loop, *, prompt_logprobs: Optional[int] = None, eos_events: bool = False) -> list[Handle]:
+        """Queue len(params) sequences on one prompt (a request's `n` choices): one prefill, then n rows.
+        `prompt_logprobs=k`: each sequence first gets ("prompt_logprobs", [(id, (logprob, top k)), ...]) for the
+        prompt's tokens after the first (prefill.prompt_entries); `max_tokens=0` then ends it ("done", "length")."""
         group = next(self._groups)
         seqs = [Sequence(next(self._ids), list(prompt_ids), p, adapter, sink, loop, generator=make_generator(p.seed),
-                         outbox=self._outbox, group=group) for p, sink in zip(params, sinks, strict=True)]
+                         outbox=self._outbox, group=group, prompt_logprobs=prompt_logprobs, eos_events=eos_events)
+                for p, sink in zip(params, sinks, strict=True)]
         with self._cond:
             if not self.slots.usable(adapter):
                 raise AdapterGone(adapter)
@@ -273,7 +278,8 @@ class BuiltinEngine:
             if last is not None and last.done == 0 and last.seqs[0].group == seq.group:
                 last.seqs.append(seq)
             else:
-                self._prefilling.append(PrefillJob(seq.prompt_ids, seq.adapter, [seq]))
+                self._prefilling.append(PrefillJob(seq.prompt_ids, seq.adapter, [seq],
+                                                   prompt_logprobs=seq.prompt_logprobs))
             room -= 1
 
     def _flush(self) -> None:
@@ -367,6 +373,12 @@ class BuiltinEngine:
         for seq in job.seqs:
             if seq.cancelled and not seq.done:
                 self._finish(seq, "cancelled")
+        for seq in seqs:
+            if job.prompt_logprobs is not None:
+                seq.emit(("prompt_logprobs", job.prompt_lp))
+            if seq.params.max_tokens <= 0:   # the prompt's log-probabilities only
+                self._finish(seq, "length")
+        seqs = [seq for seq in seqs if not seq.done]
         if seqs:
             self._merge(replicate(job.cache, len(seqs)), len(job.prompt_ids), seqs)
             self._sample(job.logits.expand(len(seqs), -1), seqs)
@@ -453,7 +465,7 @@ class BuiltinEngine:
         picks = self._pick(logits, seqs)
         want, chosen = [], []
         for r, (s, token) in enumerate(zip(seqs, picks, strict=True)):
-            if token is not None and token not in self.eos_ids and s.params.logprobs is not None:
+            if token is not None and (s.eos_events or token not in self.eos_ids) and s.params.logprobs is not None:
                 want.append(r)
                 chosen.append(token)
         info = {}
@@ -465,6 +477,10 @@ class BuiltinEngine:
             if token is None:
                 continue
             if token in self.eos_ids:
+                if seq.eos_events:
+                    if row in info:
+                        seq.emit(("logprobs", info[row]))
+                    seq.emit(("eos", token))
                 self._finish(seq, "stop")
                 continue
             seq.out_ids.append(token)

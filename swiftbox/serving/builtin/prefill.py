@@ -14,6 +14,11 @@ and the scores kept only at each prompt's last token; each prompt's cache is the
 On a CPU a burst of 8 short prompts prefilled this way took a third of the time of 8 separate forwards
 (the weights are read once, and the matmuls are larger). Packing needs a 4-D mask the attention kernel
 honours (sdpa or eager) and prompts shorter than a sliding window; otherwise prompts go one by one.
+
+Prompt log-probabilities (a completion's `echo` with `logprobs`, what lm-eval scores answers with) come from the
+same forward: a job that wants them keeps the scores at every prompt position (`logits_to_keep=0`) and each
+prompt token after the first gets the fp32 log-softmax of the scores before it (`prompt_entries`), with the
+`k` most likely tokens, as vLLM's `prompt_logprobs` does. No second pass and no second model.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ class PrefillJob:
     logits: Any = None              # next-token scores after the last slice
     slices: int = field(default=0)
     packable: bool = True           # False after a packed forward with it failed: it goes alone
+    prompt_logprobs: Optional[int] = None   # k: the prompt tokens' logprobs (and top k) are wanted
+    prompt_lp: list = field(default_factory=list)   # (token, (logprob, [(id, logprob), ...])) for ids[1:done]
 
     @property
     def remaining(self) -> int:
@@ -56,7 +63,15 @@ def prefill_slice(engine, job: PrefillJob, budget: int) -> int:
         job.cache = DynamicCache()
     ids = torch.tensor([job.prompt_ids[job.done:job.done + k]], dtype=torch.long, device=dev)
     positions = torch.arange(job.done, job.done + k, device=dev).unsqueeze(0)
-    logits, job.cache = engine._forward(ids, None, positions, job.cache, [job.adapter])
+    if job.prompt_logprobs is None:
+        logits, job.cache = engine._forward(ids, None, positions, job.cache, [job.adapter])
+    else:   # every position's scores: position p scores prompt token p + 1
+        every, job.cache = engine._model(ids, None, positions, job.cache, [job.adapter], logits_to_keep=0)
+        scored = min(k, len(job.prompt_ids) - 1 - job.done)
+        if scored > 0:
+            job.prompt_lp += prompt_entries(every[0, :scored], job.prompt_ids[job.done + 1:job.done + 1 + scored],
+                                            job.prompt_logprobs)
+        logits = every[:, -1, :]
     job.done += k
     job.slices += 1
     if job.remaining == 0:
@@ -95,13 +110,16 @@ def prefill_packed(engine, jobs: list[PrefillJob]) -> None:
         dtype = engine.model.dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=dev).masked_fill(~mask, torch.finfo(dtype).min)
     ends = torch.tensor(lengths, device=dev).cumsum(0) - 1
-    logits, cache = engine._model(ids, mask, positions, None, [jobs[0].adapter], logits_to_keep=ends)
+    every = any(job.prompt_logprobs is not None for job in jobs)    # then the scores at every position
+    logits, cache = engine._model(ids, mask, positions, None, [jobs[0].adapter], logits_to_keep=0 if every else ends)
     layers = cache_layers(cache)
     start = 0
     for i, (job, n) in enumerate(zip(jobs, lengths, strict=True)):
         job.cache = cache_from_layers([(k[:, :, start:start + n].clone(), v[:, :, start:start + n].clone())
                                        for k, v in layers])
-        job.logits = logits[:, i, :]
+        job.logits = logits[:, start + n - 1, :] if every else logits[:, i, :]
+        if job.prompt_logprobs is not None and n > 1:
+            job.prompt_lp = prompt_entries(logits[0, start:start + n - 1], job.prompt_ids[1:], job.prompt_logprobs)
         job.done = n
         job.slices += 1
         start += n
@@ -115,3 +133,19 @@ def replicate(cache, n: int):
         return cache
     return cache_from_layers([(k.expand(n, -1, -1, -1).contiguous(), v.expand(n, -1, -1, -1).contiguous())
                               for k, v in cache_layers(cache)])
+
+
+def prompt_entries(scores, targets: list[int], k: int) -> list:
+    """(token, (logprob, [(id, logprob), ...the k most likely])) for each of `targets` from the scores just before
+    it ([len(targets), vocab]): a float32 log-softmax, one device->host copy per field."""
+    import torch
+
+    logp = torch.log_softmax(scores.float(), dim=-1)
+    index = torch.tensor(targets, dtype=torch.long, device=logp.device).unsqueeze(1)
+    chosen = logp.gather(1, index).squeeze(1).tolist()
+    if k > 0:
+        vals, ids = torch.topk(logp, k, dim=-1)
+        tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), vals.tolist(), strict=True)]
+    else:
+        tops = [[] for _ in targets]
+    return [(t, (lp, top)) for t, lp, top in zip(targets, chosen, tops, strict=True)]
