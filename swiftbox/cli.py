@@ -11,6 +11,7 @@ import os
 import sys
 import typing
 from pathlib import Path
+from typing import Optional
 
 from swiftbox.args import OneLineParser
 from swiftbox.device import DEVICE_CHOICES
@@ -120,6 +121,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
 
+    p = sub.add_parser("train", help="run a recipe file, or a LLaMA-Factory / Axolotl YAML or an ms-swift argument "
+                                     "file as it is (docs/migrating.md)")
+    p.add_argument("recipe")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="STEP.KEY=VALUE")
+    p.add_argument("--runs-root", default=None, help="where default outputs go (default: runs/)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON instead of a table")
+
+    p = sub.add_parser("export-config", help="write a run's configuration as a LLaMA-Factory / Axolotl / ms-swift "
+                                             "config (docs/migrating.md)")
+    p.add_argument("run", help="an artifact directory (holding swiftbox.json) or a recipe run directory")
+    p.add_argument("--to", required=True, choices=["llamafactory", "axolotl", "ms-swift"])
+    p.add_argument("--output", default=None, help="file to write (default: print it)")
+
+    for name, kind in (("rlhf", "dpo | kto | orpo | simpo | rm | grpo | gkd (--rlhf_type)"),
+                       ("export", "merge (--merge_lora true) or quantize (--quant_method)"),
+                       ("infer", "chat"), ("deploy", "serve")):
+        p = sub.add_parser(name, help=f"ms-swift's `swift {name}` with its own flags: runs {kind} "
+                                      "(docs/migrating.md)")
+        p.add_argument("swift_args", nargs=argparse.REMAINDER)
+
     p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model (--model "
                                           "smollm2-135m-instruct: recipes/real-smollm2.yaml on a real model)")
     p.add_argument("--model", default="toy", choices=sorted(QUICKSTARTS),
@@ -199,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["menu"]):
         # the menu's first paint must not wait for the parser (it builds every step schema with pydantic)
         args = argparse.Namespace(command="menu")
+    elif _speaks_ms_swift(argv):
+        # `swift sft|pt|rlhf|export|infer|deploy ...` with ms-swift's own flag names (swiftbox/migrate/ms_swift.py)
+        args = argparse.Namespace(command="ms-swift", swift_command=argv[0], swift_args=argv[1:])
     elif argv[:1] == ["precision"] and "-h" not in argv and "--help" not in argv:
         # sides come as positionals or --a/--b; its own parser sees the arguments in order
         args = argparse.Namespace(command="precision", a=None, b=None, precision_args=argv[1:])
@@ -241,8 +265,14 @@ def dispatch(args: argparse.Namespace) -> int:
     attention_mode()   # and a bad SWIFTBOX_CPU_ATTENTION
     from swiftbox.steps import STEP_TYPES
 
-    if command in ("run", "quickstart"):
-        recipe = args.recipe if command == "run" else str(ROOT / "recipes" / QUICKSTARTS[args.model])
+    if command == "ms-swift":
+        return run_ms_swift(args.swift_command, args.swift_args)
+    if command == "export-config":
+        from swiftbox.migrate.export import export_cli
+
+        return export_cli(args.run, args.to, args.output)
+    if command in ("run", "train", "quickstart"):
+        recipe = args.recipe if command in ("run", "train") else str(ROOT / "recipes" / QUICKSTARTS[args.model])
         from swiftbox.report import print_summary
         from swiftbox.runner import run_recipe
 
@@ -292,6 +322,56 @@ def dispatch(args: argparse.Namespace) -> int:
         print(json.dumps({"output": entry["output"], "metrics": entry["metrics"]}, default=str))
         return 0
     raise UserError(f"unknown command {command!r}")
+
+
+MS_SWIFT_ONLY = ("rlhf", "export", "infer", "deploy")     # ms-swift's command names swiftbox has no step for
+
+
+def _speaks_ms_swift(argv: list[str]) -> bool:
+    """`rlhf|export|infer|deploy ...`, or `sft|pt ...` with a flag of ms-swift's table that is not swiftbox's own."""
+    if not argv or "-h" in argv or "--help" in argv:
+        return False
+    if argv[0] in MS_SWIFT_ONLY:
+        return True
+    if argv[0] not in ("sft", "pt"):
+        return False
+    from swiftbox.migrate.ms_swift import uses_own_flags
+    from swiftbox.steps import STEP_TYPES
+
+    return uses_own_flags(argv[1:], _flag_names(STEP_TYPES[argv[0]]) | {"device", "verbose"})
+
+
+def _flag_names(schema, prefix: str = "") -> set[str]:
+    names: set[str] = set()
+    for name, field in schema.model_fields.items():
+        block = _model_in(field.annotation)
+        if block is not None:
+            names |= _flag_names(block, f"{prefix}{name}.")
+        else:
+            names |= {f"{prefix}{name}", f"{prefix}{name}".replace("_", "-")}
+            names |= {a.lstrip("-") for a in ([] if prefix else ALIASES.get(name, []))}
+    return names
+
+
+def run_ms_swift(command: str, argv: list[str]) -> int:
+    """A command line in ms-swift's words: translated through its table into a one-step recipe, then run
+    (`--device` is swiftbox's own, taken as the recipe's device)."""
+    from swiftbox.migrate.ms_swift import translate_argv
+    from swiftbox.report import print_summary
+    from swiftbox.runner import run_recipe
+
+    device: Optional[str] = None
+    if "--device" in argv:
+        at = argv.index("--device")
+        if at + 1 >= len(argv):
+            raise UserError("--device: expected a value (" + DEVICE_HELP + ")")
+        device, argv = argv[at + 1], argv[:at] + argv[at + 2:]
+    imported = translate_argv(command, argv)
+    if device is not None:
+        imported.recipe["device"] = device
+    print(f"swiftbox: {command}: {imported.header_line()}", file=sys.stderr, flush=True)
+    print_summary(run_recipe(imported.recipe), as_json=False)
+    return 0
 
 
 def run_install(what: str) -> int:

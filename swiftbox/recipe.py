@@ -55,7 +55,7 @@ def load_recipe(recipe: Union[str, Path, dict], overrides: Iterable[str] = ()) -
     source = "<dict>"
     if isinstance(recipe, (str, Path)):
         source = str(recipe)
-        data = _read_yaml(Path(recipe))
+        data = from_peer(_read_yaml(Path(recipe)), source)
     else:
         data = recipe
     if not isinstance(data, dict):
@@ -63,6 +63,21 @@ def load_recipe(recipe: Union[str, Path, dict], overrides: Iterable[str] = ()) -
     check_depth(data, source)
     data = apply_overrides(data, overrides)
     return validate_recipe(data, source)
+
+
+def from_peer(data: Any, source: str) -> Any:
+    """A LLaMA-Factory / Axolotl YAML or an ms-swift argument file, recognised by content, as a swiftbox recipe dict
+    (swiftbox/migrate; what it ignores is printed as the run's first line); anything else unchanged."""
+    check_depth(data, source)
+    from swiftbox.migrate import import_config
+
+    imported = import_config(data, source) if isinstance(data, dict) else None
+    if imported is None:
+        return data
+    import sys
+
+    print(f"swiftbox: {source}: {imported.header_line()}", file=sys.stderr, flush=True)
+    return imported.recipe
 
 
 def check_depth(data: Any, where: str, limit: int = MAX_DEPTH) -> None:

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("device", ("device", "llamacpp")),
     ("contract", ("steps", "reward_spec", "pipelines.base", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),
-    ("tools", ("parity", "diagnose", "training", "benchmarks")),
+    ("tools", ("parity", "diagnose", "training", "benchmarks", "migrate")),
     ("serving", ("serving",)),
     ("verify", ("verify",)),
     ("pipelines", ("pipelines",)),
