@@ -332,12 +332,29 @@ class ChatCompletionResponse(ResponseBody):
     usage: Usage
 
 
+class FunctionDelta(ResponseBody):
+    """A streamed tool call's function: its name in the call's first delta, then pieces of its arguments."""
+    OMIT_IF_NONE = frozenset({"name"})
+    name: Optional[str] = None
+    arguments: str = ""
+
+
+class ToolCallDelta(ResponseBody):
+    """One `tool_calls` entry of a stream chunk, as OpenAI streams them: the first delta of a call carries its index,
+    id, type and function name, the later ones only the index and a piece of the arguments."""
+    OMIT_IF_NONE = frozenset({"id", "type"})
+    index: int
+    id: Optional[str] = None
+    type: Optional[Literal["function"]] = None
+    function: FunctionDelta
+
+
 class DeltaMessage(ResponseBody):
     OMIT_IF_NONE = frozenset({"role", "content", "reasoning_content", "tool_calls"})
     role: Optional[Literal["assistant"]] = None
     content: Optional[str] = None
     reasoning_content: Optional[str] = None
-    tool_calls: Optional[list[ToolCallBody]] = None
+    tool_calls: Optional[list[Union[ToolCallBody, ToolCallDelta]]] = None
 
 
 class ChatChunkChoice(ResponseBody):

@@ -148,6 +148,33 @@ class ResponseBuilder:
         chunks.append(self.chat_chunk(o.index, DeltaMessage(), o.finish_reason, lp))
         return chunks
 
+    def chat_event_chunks(self, index: int, events: list[tuple[str, Any]], calls_sent: int,
+                          logprobs: Optional[dict[str, Any]] = None) -> list[str]:
+        """Pieces of an answer read as it streams (toolformats' stream events) as chunks: reasoning and content
+        deltas, and each tool call as two `tool_calls` deltas - index, id, type and name first, then its arguments
+        (OpenAI's stream shape). `calls_sent`: the calls this choice sent before (the index of the next); the
+        logprobs ride on the first chunk."""
+        from swiftbox.serving.protocol import FunctionDelta, ToolCallDelta
+
+        chunks = []
+        for kind, value in events:
+            if kind == "reasoning":
+                delta = DeltaMessage(reasoning_content=value)
+            elif kind == "text":
+                delta = DeltaMessage(content=value)
+            else:
+                fn = value["function"]
+                chunks.append(self.chat_chunk(index, DeltaMessage(tool_calls=[ToolCallDelta(
+                    index=calls_sent, id=value["id"], type="function",
+                    function=FunctionDelta(name=fn["name"]))]), None, logprobs))
+                logprobs = None
+                delta = DeltaMessage(tool_calls=[ToolCallDelta(index=calls_sent,
+                                                               function=FunctionDelta(arguments=fn["arguments"]))])
+                calls_sent += 1
+            chunks.append(self.chat_chunk(index, delta, None, logprobs))
+            logprobs = None
+        return chunks
+
     # -- text completions ---------------------------------------------------------------------------------
     def completion(self, outputs: list[Output], usage: Usage) -> CompletionResponse:
         choices = [CompletionChoice(index=o.index, text=o.text or "", logprobs=o.logprobs,

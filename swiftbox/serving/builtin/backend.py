@@ -50,6 +50,15 @@ CHARS_PER_TOKEN_BOUND = 32     # no real text averages more characters per token
 DISCONNECT_POLL_S = 0.25
 
 
+def special_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The tokenizer's special tokens (what `skip_special_tokens` drops), longest first."""
+    found = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            found.add(str(added.content))
+    return tuple(sorted((t for t in found if t), key=lambda t: (-len(t), t)))
+
+
 class BuiltinBackend:
     name = "builtin"
 
@@ -61,7 +70,11 @@ class BuiltinBackend:
         self.runtime_adapters: Optional[AdapterPolicy] = None   # set by open_backend where clients may load adapters
         self.observer: Optional[ServeMetrics] = None            # the app's metrics (set by build_app)
         self.max_lora_rank: Optional[int] = None                # the runtime rank cap (set by open_backend)
-        self.thinking = "think>" in (getattr(tokenizer, "chat_template", None) or "")   # may answer <think>...</think>
+        from swiftbox.serving import toolformats
+
+        template = getattr(tokenizer, "chat_template", None)
+        self.thinking = toolformats.thinks(template if isinstance(template, str) else None)   # answers may reason
+        self.special_tokens = special_tokens(tokenizer)     # what the answer parsers read, then hide from content
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -155,15 +168,16 @@ class BuiltinBackend:
 
     def answer_parser(self, req):
         """How to read tool calls / reasoning out of this request's answers (None: plain text)."""
-        from swiftbox.serving import toolcalls
+        from swiftbox.serving import toolformats
 
         template = getattr(self.tokenizer, "chat_template", None)
-        fmt = toolcalls.tool_format(template) if req.tools and req.tool_choice != "none" else ""
-        think = toolcalls.thinks(template)
-        if not fmt and not think:
-            return None
-        names = {t["function"]["name"] for t in req.tools or []}
-        return lambda text: toolcalls.parse(text, fmt, think=think, tool_names=names)
+        tools = req.tools if req.tools and req.tool_choice != "none" else None
+        return toolformats.answer_parser(template if isinstance(template, str) else None, tools,
+                                         hidden=self.special_tokens)
+
+    def prompt_tail(self, prompt: Any) -> str:
+        """The end of a chat prompt as text, special tokens kept (does the generation prompt open reasoning?)."""
+        return self.tokenizer.decode(list(prompt)[-16:], skip_special_tokens=False) if prompt else ""
 
     def text_prompt(self, req: CompletionRequest) -> list[list[int]]:
         """The token ids of each of the request's prompts (a token-id prompt is checked against the vocabulary)."""
@@ -296,6 +310,12 @@ class Run:
         wants_tools = isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice != "none"
         chat_parsed = isinstance(req, ChatCompletionRequest) and (wants_tools or backend.thinking)
         self.parser = backend.answer_parser(req) if chat_parsed else None   # plain text: no parser to build
+        self.readers: dict[int, Any] = {}          # choice -> its answer's stream reader (toolformats)
+        self.calls_sent = [0] * req.n
+        if self.parser is not None and hasattr(self.parser, "stream"):
+            self.parser = self.parser.after(backend.prompt_tail(prompt))
+            for text_stream in self.streams:      # the parser reads the special tokens its format writes
+                text_stream.keep_special = True
         self.want_logprobs = self.params.logprobs is not None
         self.logprobs: list[list[PromptEntry]] = [[] for _ in range(self.count)]   # per choice, since the last chunk
         self._pending_lp: list = [None] * self.count
@@ -465,6 +485,28 @@ class Run:
         self.echoed[i] = True
         return self._chunk(False, i, self.echoes[self.prompt_of(i)], None)
 
+    def _parsed_chunks(self, i: int, delta: Optional[str], reason: Optional[str], held: list[str]) -> list[str]:
+        """Choice i's answer read as it streams (toolformats' reader and its buffering rule): reasoning and content
+        deltas as they settle, tool calls as `tool_calls` deltas, then the finish (tool_calls where calls went out).
+        A parser without a stream reader (a plain text -> Parsed function) reads the whole answer at its end."""
+        if not hasattr(self.parser, "stream"):
+            held[i] += delta or ""
+            return self.bodies.chat_output_chunks(self._output(i, held[i], reason)) if reason else []
+        reader = self.readers.get(i)
+        if reader is None:
+            reader = self.readers[i] = self.parser.stream()   # type: ignore[union-attr]
+        events = reader.feed(delta) if delta else []
+        if reason:
+            events += reader.finish()
+        calls = sum(1 for kind, _ in events if kind == "call")
+        chunks = self.bodies.chat_event_chunks(i, events, self.calls_sent[i],
+                                               self.chat_logprobs(self.take_logprobs(i)) if events else None)
+        self.calls_sent[i] += calls
+        if reason:
+            chunks.append(self._chunk(True, i, None, "tool_calls" if self.calls_sent[i] and reason == "stop"
+                                      else reason))
+        return chunks
+
     async def sse(self, chat: bool):
         try:
             self.start()
@@ -485,11 +527,9 @@ class Run:
                         yield echoed
                     if delta is None and reason is None:
                         continue
-                    if chat and self.parser:      # tool calls / reasoning: sent once the answer can be parsed
-                        held[i] += delta or ""
-                        if reason:
-                            for chunk in self.bodies.chat_output_chunks(self._output(i, held[i], reason)):
-                                yield chunk
+                    if chat and self.parser:      # tool calls / reasoning: read as the answer streams
+                        for chunk in self._parsed_chunks(i, delta, reason, held):
+                            yield chunk
                         continue
                     if delta and reason:
                         yield self._chunk(chat, i, delta, None)

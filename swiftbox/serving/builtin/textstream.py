@@ -1,7 +1,10 @@
 """Token ids -> text deltas for one sequence: incremental detokenization and stop strings.
 
 Text that could still be the start of a stop string is held back, so a stop string never leaks into
-a stream; a partial UTF-8 character (decoded as U+FFFD) waits for its next byte. Detokenizing is
+a stream; a partial UTF-8 character (decoded as U+FFFD) waits for its next byte. Special tokens
+are dropped, unless the request's answer parser needs them (`keep_special`: tool-call and reasoning markers such as
+gpt-oss's `<|channel|>` or DeepSeek's tool-call tokens are special; serving/toolformats hides them
+from content). Detokenizing is
 incremental (the prefix/read offsets of TGI and vLLM): each token decodes a short window of ids, not the
 whole answer again, so the cost per token does not grow with the answer.
 """
@@ -15,12 +18,13 @@ class TextStream:
         self.text = ""
         self.sent = 0
         self.stopped = False
+        self.keep_special = False   # True: special tokens stay in the text (an answer parser reads, then hides them)
         self._longest = max((len(s) for s in self.stops), default=0)
         self._prefix = 0            # ids[_prefix:_read] decode to the text just before the newest piece
         self._read = 0
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids, skip_special_tokens=not self.keep_special)
 
     def add(self, token: int) -> str:
         """Feed one token; returns the text that may be sent now (maybe '')."""
