@@ -1,7 +1,9 @@
 """The OpenAI request bodies the server accepts and the response/chunk bodies it sends, as pydantic models.
 
 Requests: validation lives here so every engine sees the same checked request: a bad value becomes a 422 in
-OpenAI's error shape before it reaches a model. Unknown fields are ignored, as OpenAI's own API does.
+OpenAI's error shape before it reaches a model (the type of every field is checked: a wrong type is a 4xx, never a
+5xx). Which fields each engine honours, refuses or takes as a hint is fields.py's table, which the routes consult
+(fields.screen) with the body as sent; a field in no table is ignored and logged once per name.
 Every number is finite and bounded (one request's settings must never be able to break a shared batch),
 and every string must be encodable as UTF-8 (a lone surrogate such as "\ud800" is refused, not a 500).
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
@@ -142,6 +144,9 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None     # vLLM's extension, e.g. {"enable_thinking": false}
     chat_template: Optional[str] = None       # vLLM's: a client's template (needs --trust-request-chat-template)
+    reasoning_effort: Optional[Literal["none", "minimal", "low", "medium", "high", "xhigh"]] = None
+    continue_final_message: bool = False      # vLLM's: the prompt ends inside the last assistant turn (prefill)
+    add_generation_prompt: bool = True        # vLLM's: the assistant's header after the conversation
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
@@ -174,6 +179,11 @@ class ChatCompletionRequest(SamplingFields):
             self.max_tokens = self.max_completion_tokens
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        if self.continue_final_message and (self.add_generation_prompt or self.messages[-1].role != "assistant"):
+            raise ValueError("continue_final_message needs add_generation_prompt: false and a last assistant message")
+        kwargs = self.chat_template_kwargs or {}
+        if self.reasoning_effort is not None and "enable_thinking" not in kwargs:
+            self.chat_template_kwargs = {**kwargs, "enable_thinking": self.reasoning_effort not in ("none", "minimal")}
         for m in self.messages:
             m.text()  # raises on non-text parts -> 422
         return self
@@ -317,10 +327,12 @@ class AssistantMessage(ResponseBody):
 
 
 class ChatChoice(ResponseBody):
+    OMIT_IF_NONE = frozenset({"stop_reason"})
     index: int
     message: AssistantMessage
     logprobs: Optional[dict[str, Any]] = None
     finish_reason: Optional[str] = None
+    stop_reason: Union[str, int, None] = None     # vLLM's: the stop string that ended the answer
 
 
 class ChatCompletionResponse(ResponseBody):
@@ -358,10 +370,12 @@ class DeltaMessage(ResponseBody):
 
 
 class ChatChunkChoice(ResponseBody):
+    OMIT_IF_NONE = frozenset({"stop_reason"})
     index: int
     delta: DeltaMessage
     logprobs: Optional[dict[str, Any]] = None
     finish_reason: Optional[str] = None
+    stop_reason: Union[str, int, None] = None
 
 
 class ChatCompletionChunk(ResponseBody):
@@ -434,32 +448,20 @@ MAX_STOP_SEQUENCES = MAX_STOP   # Anthropic's stop_sequences: the chat path's bo
 MAX_ITEMS = 4096                # messages / input items / content blocks / tools per request
 
 
-class StrictFields(BaseModel):
-    """A request body whose unknown top-level fields are refused (400 naming the field), never silently ignored:
-    SUPPORTED fields change the answer; ACCEPTED ones are hints with no effect here (metadata, caching),
-    taken and documented in docs/serving.md."""
+Hint = Optional[str]                       # an id / tag the API makes a hint (fields.py): typed, bounded, unused
+Tags = Optional[dict[str, Annotated[str, Field(max_length=512)]]]
+
+
+class ApiFields(BaseModel):
+    """A Messages / Responses body. Which top-level fields each engine honours, refuses or takes as a hint is
+    fields.py's table (the route screens the body as sent); here every field's type is checked, the hints' too."""
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
-    ACCEPTED: ClassVar[frozenset[str]] = frozenset()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = set(cls.model_fields) | cls.ACCEPTED
-            for key in data:
-                if key not in known:
-                    raise ApiError(400, f"{key}: this field is not supported by swiftbox's server "
-                                        f"(supported: {', '.join(sorted(known))})", param=str(key),
-                                   code="unsupported_field")
-        return data
 
 
-class MessagesRequest(StrictFields):
+class MessagesRequest(ApiFields):
     """POST /v1/messages (Anthropic Messages API)."""
 
-    ACCEPTED = frozenset({"metadata", "service_tier", "cache_control", "speed", "inference_geo", "diagnostics",
-                          "user_profile_id", "workspace_id", "output_config", "context_management"})
     model: str = Field(..., min_length=1, max_length=512)
     messages: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS)
     max_tokens: int = Field(..., ge=1, le=MAX_TOKENS)
@@ -472,6 +474,14 @@ class MessagesRequest(StrictFields):
     tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
     tool_choice: Optional[dict[str, Any]] = None
     thinking: Optional[dict[str, Any]] = None
+    metadata: Optional[dict[str, Any]] = None
+    service_tier: Hint = None
+    speed: Hint = None
+    inference_geo: Hint = None
+    user_profile_id: Hint = None
+    workspace_id: Hint = None
+    cache_control: Optional[dict[str, Any]] = None
+    diagnostics: Optional[dict[str, Any]] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -507,13 +517,12 @@ class CountTokensRequest(MessagesRequest):
     max_tokens: int = Field(1, ge=1, le=MAX_TOKENS)
 
 
-class ResponsesRequest(StrictFields):
-    """POST /v1/responses (OpenAI Responses API)."""
+class ResponsesRequest(ApiFields):
+    """POST /v1/responses (OpenAI Responses API). `input` as a string has no bound of its own (the body limit and the
+    prompt's size bound it, as they bound the same text sent as a message item)."""
 
-    ACCEPTED = frozenset({"metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
-                          "parallel_tool_calls", "truncation", "include", "text", "background", "client_metadata"})
     model: str = Field(..., min_length=1, max_length=512)
-    input: Union[str, list[dict[str, Any]]] = Field(..., max_length=MAX_ITEMS)
+    input: Union[str, Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]]
     instructions: Optional[str] = None
     tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
     tool_choice: Optional[Union[Literal["none", "auto", "required"], dict[str, Any]]] = None
@@ -524,6 +533,18 @@ class ResponsesRequest(StrictFields):
     stream: bool = False
     store: bool = True
     previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
+    metadata: Tags = Field(None, max_length=16)            # stored and echoed (OpenAI: 16 pairs)
+    user: Hint = None
+    service_tier: Hint = None
+    prompt_cache_key: Hint = None
+    safety_identifier: Hint = None
+    parallel_tool_calls: Optional[bool] = None
+    truncation: Optional[str] = None
+    include: Optional[list[str]] = None
+    text: Optional[dict[str, Any]] = None
+    background: Optional[bool] = None
+    max_tool_calls: Optional[int] = Field(None, ge=0)
+    client_metadata: Optional[dict[str, Any]] = None
 
     @model_validator(mode="before")
     @classmethod

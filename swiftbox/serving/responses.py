@@ -58,6 +58,7 @@ class Output:
     reasoning: Optional[str] = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)   # {id, type: function, function: {name, arguments}}
     logprobs: Optional[dict[str, Any]] = None
+    stop_reason: Union[str, int, None] = None      # the stop string that ended it (vLLM's field; None: EOS, length)
 
 
 def output(index: int, text: str, finish_reason: Optional[str], parser: Optional[Callable[[str], Parsed]] = None,
@@ -123,13 +124,14 @@ class ResponseBuilder:
     def chat(self, outputs: list[Output], usage: Usage) -> ChatCompletionResponse:
         choices = [ChatChoice(index=o.index, message=AssistantMessage(
             content=o.text, reasoning_content=o.reasoning, tool_calls=tool_calls(o.tool_calls)),
-            logprobs=o.logprobs, finish_reason=o.finish_reason) for o in outputs]
+            logprobs=o.logprobs, finish_reason=o.finish_reason, stop_reason=o.stop_reason) for o in outputs]
         return ChatCompletionResponse(id=self.id, created=self.created, model=self.model, choices=choices,
                                       usage=usage)
 
     def chat_chunk(self, index: int, delta: DeltaMessage, finish_reason: Optional[str] = None,
-                   logprobs: Optional[dict[str, Any]] = None) -> str:
-        choice = ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish_reason)
+                   logprobs: Optional[dict[str, Any]] = None, stop_reason: Union[str, int, None] = None) -> str:
+        choice = ChatChunkChoice(index=index, delta=delta, logprobs=logprobs, finish_reason=finish_reason,
+                                 stop_reason=stop_reason)
         body = ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[choice])
         return sse(body, self._stream_exclude())
 
@@ -145,7 +147,7 @@ class ResponseBuilder:
             chunks.append(self.chat_chunk(o.index, DeltaMessage(tool_calls=tool_calls(o.tool_calls, indexed=True)),
                                           None, lp))
             lp = None
-        chunks.append(self.chat_chunk(o.index, DeltaMessage(), o.finish_reason, lp))
+        chunks.append(self.chat_chunk(o.index, DeltaMessage(), o.finish_reason, lp, stop_reason=o.stop_reason))
         return chunks
 
     def chat_event_chunks(self, index: int, events: list[tuple[str, Any]], calls_sent: int,
@@ -297,10 +299,12 @@ class MessagesBuilder:
         self.open: Optional[str] = None
         self.tools: dict[int, int] = {}  # chat tool index -> block index
         self.reason: Optional[str] = None
+        self.stop_sequence: Optional[str] = None     # the stop sequence that ended the answer (streaming)
 
-    def _message(self, content: list[dict], stop: Optional[str], u: Usage) -> dict[str, Any]:
+    def _message(self, content: list[dict], stop: Optional[str], u: Usage,
+                 sequence: Optional[str] = None) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
-                "stop_reason": stop, "stop_sequence": None,
+                "stop_reason": stop, "stop_sequence": sequence,
                 "usage": {"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens}}
 
     def message(self, o: Output, u: Usage) -> dict[str, Any]:
@@ -312,6 +316,8 @@ class MessagesBuilder:
         for c in o.tool_calls:
             content.append({"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
                             "input": _input(c["function"]["arguments"])})
+        if isinstance(o.stop_reason, str) and o.finish_reason == "stop":
+            return self._message(content, "stop_sequence", u, o.stop_reason)
         return self._message(content, STOP_REASONS.get(o.finish_reason or "stop", "end_turn"), u)
 
     def count(self, tokens: int) -> dict[str, Any]:
@@ -362,16 +368,23 @@ class MessagesBuilder:
                 out.append(self._delta({"type": "input_json_delta", "partial_json": text}))
         elif kind == "finish":
             self.reason = STOP_REASONS.get(value, "end_turn")
+        elif kind == "stop_sequence":
+            self.stop_sequence = value
         elif kind == "error":
             out += self._close()
             out.append(named_event("error", value.anthropic_body()))
         return out
 
+    def _stop_delta(self) -> dict[str, Any]:
+        if self.stop_sequence is not None and self.reason == "end_turn":
+            return {"stop_reason": "stop_sequence", "stop_sequence": self.stop_sequence}
+        return {"stop_reason": self.reason or "end_turn", "stop_sequence": None}
+
     def end(self, u: Optional[Usage]) -> list[str]:
         u = u or Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
         return self._close() + [
             named_event("message_delta", {"type": "message_delta",
-                                          "delta": {"stop_reason": self.reason or "end_turn", "stop_sequence": None},
+                                          "delta": self._stop_delta(),
                                           "usage": {"input_tokens": u.prompt_tokens,
                                                     "output_tokens": u.completion_tokens}}),
             named_event("message_stop", {"type": "message_stop"})]
@@ -391,6 +404,7 @@ class ResponsesBuilder:
         self.open: Optional[dict[str, Any]] = None
         self.calls: dict[int, dict[str, Any]] = {}
         self.reason: Optional[str] = None
+        self.final: dict[str, Any] = {}          # the completed Response object, once a stream has ended
 
     def response(self, status: str, output: list[dict[str, Any]], u: Optional[Usage],
                  reason: Optional[str] = None) -> dict[str, Any]:
@@ -521,6 +535,6 @@ class ResponsesBuilder:
     def end(self, u: Optional[Usage]) -> list[str]:
         out = self._close()
         status = "incomplete" if self.reason == "length" else "completed"
-        final = self.response(status, self.items, u)
+        final = self.final = self.response(status, self.items, u)
         return out + [self.event("response.completed" if status == "completed" else "response.incomplete",
                                  response=final)]

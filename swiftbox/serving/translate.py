@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from swiftbox.serving.errors import ApiError
 from swiftbox.serving.protocol import ChatCompletionRequest, usage
-from swiftbox.serving.responses import Output
+from swiftbox.serving.responses import Output, uid
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -111,11 +111,15 @@ def to_chat(req: MessagesRequest, *, stream: Optional[bool] = None) -> ChatCompl
             messages.append(msg)
     if any(system):     # one leading system message: most chat templates take no other
         messages.insert(0, {"role": "system", "content": "\n\n".join(t for t in system if t)})
+    last = messages[-1] if messages else {}
+    prefill = last.get("role") == "assistant" and bool(last.get("content")) and not last.get("tool_calls")
     body: dict[str, Any] = {
         "model": req.model, "messages": messages, "max_tokens": req.max_tokens, "temperature": req.temperature,
         "top_p": req.top_p, "top_k": req.top_k, "stop": req.stop_sequences or None,
         "stream": req.stream if stream is None else stream,
         "stream_options": {"include_usage": True}}
+    if prefill:         # a last assistant turn is continued, not answered (the documented way to steer the reply)
+        body.update(continue_final_message=True, add_generation_prompt=False)
     if req.tools:
         body["tools"] = [_anthropic_tool(t, f"tools.{k}") for k, t in enumerate(req.tools)]
     if req.tool_choice is not None:
@@ -212,7 +216,13 @@ def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> t
                           "content": _text_blocks(out, f"{param}.output")})
         elif kind == "reasoning":
             summary = item.get("summary") or []
-            reasoning.extend(s.get("text", "") for s in summary if isinstance(s, dict))
+            if not isinstance(summary, list):
+                raise refused_type(f"{param}.summary", "a list of summary_text parts")
+            for j, part in enumerate(summary):
+                text = part.get("text", "") if isinstance(part, dict) else None
+                if not isinstance(text, str):
+                    raise refused_type(f"{param}.summary.{j}", "{type: summary_text, text: string}")
+                reasoning.append(text)
         else:
             raise refuse(f"{param}.type", f"'{kind}' input items are not supported (message, function_call, "
                                           "function_call_output, reasoning)")
@@ -255,6 +265,8 @@ def responses_tools(tools: list[Any]) -> tuple[list[dict[str, Any]], dict[str, t
     for k, tool in enumerate(tools):
         param = f"tools.{k}"
         kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str):
+            raise refused_type(f"{param}.type", "a tool type string (function, namespace, or a hosted tool)")
         if kind == "function":
             out.append(_responses_tool(tool, param))
         elif kind == "namespace":
@@ -291,6 +303,8 @@ def responses_tools(tools: list[Any]) -> tuple[list[dict[str, Any]], dict[str, t
 def _responses_choice(choice: Any, offered: bool) -> Any:
     if isinstance(choice, dict):
         kind = choice.get("type")
+        if not isinstance(kind, str):
+            raise refused_type("tool_choice.type", "a string")
         if kind in HOSTED_TOOLS:
             raise refuse("tool_choice.type", f"hosted tool '{kind}' is not offered by this server (a local model "
                                              "cannot run it)")
@@ -308,10 +322,32 @@ def _responses_choice(choice: Any, offered: bool) -> Any:
 def _responses_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
     if not isinstance(tool.get("name"), str) or not tool["name"]:
         raise refused_type(f"{param}.name", "a non-empty string")
-    fn = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
+    schema = tool.get("parameters") or {"type": "object"}
+    if not isinstance(schema, dict):
+        raise refused_type(f"{param}.parameters", "a JSON schema object")
+    fn = {"name": tool["name"], "parameters": schema}
     if isinstance(tool.get("description"), str):
         fn["description"] = tool["description"]
     return {"type": "function", "function": fn}
+
+
+def input_items(given: Any) -> list[dict[str, Any]]:
+    """A request's `input` as the items GET /v1/responses/{id}/input_items lists: a string becomes one user
+    message, a message's string content one input_text part, and every item gets an id (its own when it had one)."""
+    items: list[Any] = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else given
+    out: list[dict[str, Any]] = []
+    for found in items:
+        item: dict[str, Any] = dict(found)
+        kind = item.setdefault("type", "message")
+        if kind == "message":
+            text_kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            if isinstance(item.get("content"), str):
+                item["content"] = [{"type": text_kind, "text": item["content"]}]
+            item.setdefault("status", "completed")
+        prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+        item.setdefault("id", uid(prefix.get(str(kind), "item")))
+        out.append(item)
+    return out
 
 
 def items_to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -347,12 +383,14 @@ def whole(response: Response) -> tuple[Output, Usage]:
     choice, u = data["choices"][0], data["usage"]
     msg = choice["message"]
     return (Output(0, msg.get("content"), choice.get("finish_reason"), msg.get("reasoning_content"),
-                   list(msg.get("tool_calls") or [])), usage(u["prompt_tokens"], u["completion_tokens"]))
+                   list(msg.get("tool_calls") or []), stop_reason=choice.get("stop_reason")),
+            usage(u["prompt_tokens"], u["completion_tokens"]))
 
 
 async def pieces(response: Response) -> AsyncIterator[tuple[str, Any]]:
     """The pieces of a streamed chat answer, in order: ("reasoning", text), ("text", text), ("tool", {index, id,
-    name}), ("args", (index, text)), ("finish", reason), ("usage", Usage), ("error", ApiError)."""
+    name}), ("args", (index, text)), ("stop_sequence", the stop string that ended it), ("finish", reason),
+    ("usage", Usage), ("error", ApiError)."""
     iterator = response.body_iterator     # type: ignore[attr-defined]
     buffer = ""
     seen_tools: set[int] = set()
@@ -382,6 +420,8 @@ async def pieces(response: Response) -> AsyncIterator[tuple[str, Any]]:
                             yield "tool", {"index": index, "id": call.get("id"), "name": fn.get("name")}
                         if fn.get("arguments"):
                             yield "args", (index, fn["arguments"])
+                    if isinstance(choice.get("stop_reason"), str):
+                        yield "stop_sequence", choice["stop_reason"]
                     if choice.get("finish_reason"):
                         yield "finish", choice["finish_reason"]
                 if body.get("usage"):

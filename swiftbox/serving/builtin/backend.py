@@ -59,6 +59,14 @@ def special_tokens(tokenizer: Any) -> tuple[str, ...]:
     return tuple(sorted((t for t in found if t), key=lambda t: (-len(t), t)))
 
 
+def prompt_end(req) -> dict[str, bool]:
+    """How the rendering ends: the assistant's header (add_generation_prompt) or, with vLLM's
+    continue_final_message (an Anthropic prefill), inside the last assistant turn, as transformers renders it."""
+    if getattr(req, "continue_final_message", False):
+        return {"generation_prompt": False, "continue_final_message": True}
+    return {"generation_prompt": bool(getattr(req, "add_generation_prompt", True))}
+
+
 class BuiltinBackend:
     name = "builtin"
 
@@ -145,7 +153,7 @@ class BuiltinBackend:
         dialect.dialect(self.tokenizer)        # probed once, uncapped: how this template prints tools and reasoning
         try:
             with chat_template_output_capped(self.templates(own), self.max_prompt_chars):
-                text = render(self.tokenizer, messages, tools, generation_prompt=True, **kwargs)
+                text = render(self.tokenizer, messages, tools, **prompt_end(req), **kwargs)
         except TemplateOutputTooLong:
             text = None
         except UserError as exc:  # the template rejects the conversation (roles, order, ...)
@@ -465,7 +473,9 @@ class Run:
     def _output(self, i: int, text: str, reason: Optional[str]) -> Output:
         """Choice i's finished chat answer (tool calls and reasoning split out), with the logprobs of its tokens
         since the last chunk."""
-        return output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
+        found = output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
+        found.stop_reason = self.streams[i].matched
+        return found
 
     def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
         """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk (a
@@ -473,7 +483,8 @@ class Run:
         entries = [] if first else self.take_logprobs(i)
         if chat:
             d = DeltaMessage(role="assistant", content=delta or "") if first else DeltaMessage(content=delta or None)
-            return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries))
+            return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries),
+                                          stop_reason=self.streams[i].matched if reason else None)
         logprobs = self.completion_logprobs(i, entries, self.offsets[i])
         self.offsets[i] += len(delta or "")
         return self.bodies.completion_chunk(i, delta or "", reason, logprobs)

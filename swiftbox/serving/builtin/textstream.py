@@ -18,6 +18,7 @@ class TextStream:
         self.text = ""
         self.sent = 0
         self.stopped = False
+        self.matched: str | None = None     # the stop string that ended the text (vLLM's stop_reason)
         self.keep_special = False   # True: special tokens stay in the text (an answer parser reads, then hides them)
         self._longest = max((len(s) for s in self.stops), default=0)
         self._prefix = 0            # ids[_prefix:_read] decode to the text just before the newest piece
@@ -40,10 +41,11 @@ class TextStream:
         self.text = text
         if self.stops:
             start = max(0, self.sent - self._longest)
-            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+            hits = [(i, s) for i, s in ((text.find(s, start), s) for s in self.stops) if i >= 0]
             if hits:
                 self.stopped = True
-                self.text = text[:min(hits)]
+                at, self.matched = min(hits, key=lambda hit: hit[0])
+                self.text = text[:at]
                 return self._take(len(self.text))
             return self._take(len(text) - self._held(text))
         return self._take(len(text))

@@ -1,12 +1,13 @@
-"""POST /v1/chat/completions: validated by ChatCompletionRequest (chat_template_kwargs against its allow-list), a
-client's own chat template refused unless the server trusts them (template_kwargs.py), answered by the backend (JSON
-or SSE)."""
+"""POST /v1/chat/completions: validated by ChatCompletionRequest (chat_template_kwargs against its allow-list), the
+fields this engine does not implement refused (fields.py), a client's own chat template refused unless the server
+trusts them (template_kwargs.py), answered by the backend (JSON or SSE)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from swiftbox.serving.protocol import ChatCompletionRequest
+from swiftbox.serving import fields
+from swiftbox.serving.protocol import ChatCompletionRequest, raw_body
 from swiftbox.serving.routes import backend_of, check_model
 from swiftbox.serving.template_kwargs import check_trusted
 
@@ -17,5 +18,6 @@ router = APIRouter()
 async def chat(body: ChatCompletionRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
+    fields.screen("chat", await raw_body(request), backend.name)
     check_trusted(body.chat_template, body.chat_template_kwargs, backend.trust_request_chat_template)
     return await backend.chat(body, request)

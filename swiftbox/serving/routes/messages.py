@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
-from swiftbox.serving import translate
-from swiftbox.serving.protocol import CountTokensRequest, MessagesRequest
+from swiftbox.serving import fields, translate
+from swiftbox.serving.protocol import CountTokensRequest, MessagesRequest, raw_body
 from swiftbox.serving.responses import MessagesBuilder
 from swiftbox.serving.routes import backend_of, check_model, event_stream
 
@@ -20,6 +20,7 @@ router = APIRouter()
 async def messages(body: MessagesRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
+    fields.screen("messages", await raw_body(request), backend.name)
     relayed = await backend.native("/v1/messages", request, body.stream)
     if relayed is not None:
         return relayed
@@ -38,6 +39,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
 async def count_tokens(body: CountTokensRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
+    fields.screen("messages", await raw_body(request), backend.name)
     relayed = await backend.native("/v1/messages/count_tokens", request, False)
     if relayed is not None:
         return relayed
