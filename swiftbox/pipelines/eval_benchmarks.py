@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import urllib.request
 from pathlib import Path
@@ -28,12 +29,15 @@ def locate_all(cfg: EvalStep) -> list[data.TaskData]:
         path = Path(own[bench.name]).expanduser() if bench.name in own else None
         if path is not None and not path.exists():
             raise UserError(f"benchmark_data: {bench.name}={own[bench.name]}: no such file or directory")
-        out += data.locate(bench, data_dir, path)
+        for task in data.locate(bench, data_dir, path):
+            data.check_rows(task, cfg.shots)       # every row read before lm-eval sees the file: exit 2, one line
+            out.append(task)
     return out
 
 
-def check_benchmarks(cfg: EvalStep) -> None:
-    """Refusals before any output exists: the extra, mixed modes, the data (exit 2 naming what is missing)."""
+def check_benchmarks(cfg: EvalStep, input: Optional[str] = None) -> None:
+    """Refusals before any output exists: the extra, mixed modes, the data, a server's key and what scoring it by
+    log-likelihood needs (exit 2 naming what is missing)."""
     why = harness.missing_extra()
     if why:
         raise Unsupported(f"eval --benchmark {why}; or evaluate your own question file with --dataset")
@@ -47,6 +51,30 @@ def check_benchmarks(cfg: EvalStep) -> None:
             raise UserError(f"eval --url: {', '.join(needy)} score answers by log-likelihood, which a chat endpoint "
                             "cannot return; use --api completions (a server that returns prompt logprobs with echo) "
                             "or evaluate the model directory")
+    if cfg.url:
+        server_key(cfg)
+        needy = [b.name for b in catalog.resolve(cfg.benchmark or []) if b.loglikelihood]
+        if needy and not input:
+            raise UserError(f"eval --url: {', '.join(needy)} score answers by log-likelihood, which needs the served "
+                            "model's tokenizer here (to count each answer's tokens): give the model as well, "
+                            "swiftbox eval MODEL --url URL --api completions")
+
+
+def server_key(cfg: EvalStep) -> Optional[str]:
+    """The server's API key, as `chat --url` and `serve` take it: --api-key, else the first line of
+    --api-key-file, else $SWIFTBOX_API_KEY (None: send none)."""
+    if cfg.api_key:
+        return cfg.api_key
+    if cfg.api_key_file:
+        path = Path(cfg.api_key_file).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError) as exc:
+            raise UserError(f"api_key_file: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+        if not lines or not lines[0].strip():
+            raise UserError(f"api_key_file: {path} is empty; expected the API key on its first line")
+        return lines[0].strip()
+    return os.environ.get("SWIFTBOX_API_KEY") or None
 
 
 def run_benchmarks(cfg: EvalStep, ctx: StepContext) -> StepResult:
@@ -98,9 +126,20 @@ def _evaluate_one(cfg: EvalStep, ctx: StepContext, ref: Optional[str], datas: li
             from swiftbox.modeling.loading import resolve_spec
 
             tokenizer = str(resolve_spec(ctx.input).tokenizer_dir)
-        model = cfg.served_model or served_models(cfg.url, cfg.api_key)[0]
-        lm = harness.server_lm(cfg.url, model, cfg.api, cfg.api_key, tokenizer)
-        return harness.evaluate(lm, datas, chat_template=cfg.api == "chat", **common)
+        key = server_key(cfg)
+        model = cfg.served_model or served_models(cfg.url, key)[0]
+        needy = sorted({td.benchmark.name for td in datas if td.benchmark.loglikelihood})
+        if needy and tokenizer:
+            harness.check_prompt_logprobs(cfg.url, model, key, tokenizer, needy)
+        lm = harness.server_lm(cfg.url, model, cfg.api, key, tokenizer, cfg.batch_size)
+        try:
+            return harness.evaluate(lm, datas, chat_template=cfg.api == "chat", **common)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - what a remote server answered is input: one line, no traceback
+            reason = str(exc).splitlines()[0] if str(exc) else ""
+            raise UserError(f"eval --url: scoring against {cfg.url} failed ({type(exc).__name__}: {reason[:300]})") \
+                from None
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
 
     spec = resolve_spec(ref)
