@@ -14,21 +14,23 @@ from swiftbox.migrate.engine import Imported, Peer, translate
 
 
 def peers() -> dict[str, Peer]:
-    from swiftbox.migrate import axolotl, llamafactory, ms_swift
+    from swiftbox.migrate.axolotl import PEER as AXOLOTL
+    from swiftbox.migrate.llamafactory import PEER as LLAMAFACTORY
+    from swiftbox.migrate.ms_swift import PEER as MS_SWIFT
 
-    return {p.slug: p for p in (llamafactory.PEER, axolotl.PEER, ms_swift.PEER)}
+    return {p.slug: p for p in (LLAMAFACTORY, AXOLOTL, MS_SWIFT)}
 
 
 def detect(data: object) -> Optional[Peer]:
     """The peer whose config `data` is, by content; None for a swiftbox recipe (it has `steps`) or anything else."""
     if not isinstance(data, dict) or "steps" in data:
         return None
-    from swiftbox.migrate import axolotl, llamafactory, ms_swift
+    from swiftbox.migrate.axolotl import detect as axolotl_config
+    from swiftbox.migrate.llamafactory import detect as llamafactory_config
+    from swiftbox.migrate.ms_swift import detect as ms_swift_config
 
-    for module in (llamafactory, axolotl, ms_swift):
-        if module.detect(data):
-            return module.PEER
-    return None
+    found = {"llamafactory": llamafactory_config, "axolotl": axolotl_config, "ms-swift": ms_swift_config}
+    return next((peers()[slug] for slug, test in found.items() if test(data)), None)
 
 
 def import_config(data: dict, source: str, *, base: Optional[Path] = None, fetch: bool = True) -> Optional[Imported]:

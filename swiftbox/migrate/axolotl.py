@@ -139,8 +139,10 @@ def read(config: dict, ctx: Context) -> dict:
                 raise Refused(f"{NAME} {key} is missing: Axolotl needs it with an adapter")
     out["dataset"] = _datasets(config, ctx)
     out["block_size" if ctx.kind == "pt" else "max_length"] = as_int(config.get("sequence_len", 512))
-    if config.get("sample_packing") is not None and ctx.kind != "pt":
+    if config.get("sample_packing") is not None and ctx.kind == "sft":
         out["packing"] = as_bool(config["sample_packing"])
+    elif as_bool(config.get("sample_packing") or False) and ctx.kind != "pt":
+        raise Refused(f"{ctx.source}: {NAME} sample_packing true with rl {ctx.kind}: swiftbox packs sft rows only")
     out["dtype"] = _dtype(config)
     if config.get("rl") == "ipo":
         out["loss_type"] = "ipo"
@@ -264,7 +266,7 @@ def detect(config: dict) -> bool:
 def export(kind: str, model: str, config: dict, out: dict, data_dir: Any) -> dict:
     """The keys the table's `read` rows stand for."""
     from swiftbox.data.reading import split_spec
-    from swiftbox.migrate.export import first_row
+    from swiftbox.migrate.engine import first_row
 
     if kind == "rm":
         raise Refused("export-config: Axolotl's reward modelling is not read by swiftbox's importer; no export")
@@ -314,7 +316,7 @@ def export(kind: str, model: str, config: dict, out: dict, data_dir: Any) -> dic
         entries.append(entry)
     out["datasets"] = entries
     out["sequence_len"] = config["block_size" if kind == "pt" else "max_length"]
-    if config.get("packing") is not None and kind != "pt":
+    if config.get("packing") is not None and kind == "sft":
         out["sample_packing"] = bool(config["packing"])
     dtype = config.get("dtype", "auto")
     out["bf16"] = {"auto": "auto", "bfloat16": True, "float16": False, "float32": False}[dtype]

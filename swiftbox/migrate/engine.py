@@ -151,3 +151,11 @@ def _same(value: Any, ok: Any) -> bool:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def first_row(spec: str) -> dict:
+    """The first row of a dataset file (the shape an exporter describes to the peer)."""
+    from swiftbox.data.reading import read_file, split_spec
+
+    path, _ = split_spec(spec)
+    return read_file(path)[0]

@@ -192,10 +192,13 @@ def read(config: dict, ctx: Context) -> dict:
     out["dtype"] = "bfloat16" if bf16 else "float16" if fp16 else "auto"
     packing, neat = config.get("packing"), as_bool(config.get("neat_packing", False))
     if packing is not None and ctx.kind != "pt":
+        if as_bool(packing) and ctx.kind != "sft":
+            raise Refused(f"{ctx.source}: {NAME} packing true in stage {ctx.kind}: swiftbox packs sft rows only")
         if as_bool(packing) and not neat:
             raise Refused(f"{ctx.source}: {NAME} packing true without neat_packing lets packed samples attend to "
                           "each other; swiftbox packs exactly (set neat_packing: true, or remove packing)")
-        out["packing"] = as_bool(packing)
+        if ctx.kind == "sft":
+            out["packing"] = as_bool(packing)
     if ctx.kind == "dpo":
         out["loss_type"] = str(config.get("pref_loss", "sigmoid"))
     if config.get("template") is not None:
@@ -320,7 +323,7 @@ def detect(config: dict) -> bool:
 
 def _describe(spec: str, kind: str) -> dict:
     """A dataset_info.json entry for a file swiftbox reads (by its first row's shape)."""
-    from swiftbox.migrate.export import first_row
+    from swiftbox.migrate.engine import first_row
 
     row = first_row(spec)
     pairwise = kind in ("dpo", "orpo", "simpo", "rm")
@@ -386,7 +389,7 @@ def export(kind: str, model: str, config: dict, out: dict, data_dir: Any) -> dic
         out["bf16"] = True
     elif dtype == "float16":
         out["fp16"] = True
-    if config.get("packing") is not None and kind != "pt":
+    if config.get("packing") is not None and kind == "sft":
         out["packing"] = bool(config["packing"])
         if config["packing"]:
             out["neat_packing"] = True

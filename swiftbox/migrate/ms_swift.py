@@ -193,8 +193,10 @@ def read(config: dict, ctx: Context) -> dict:
         out["method"] = _method(config)
         out["dataset"] = _datasets(config, ctx)
         out["max_length" if kind != "pt" else "block_size"] = _max_length(config, model, ctx)
-        if config.get("packing") is not None:
+        if config.get("packing") is not None and kind == "sft":
             out["packing"] = as_bool(config["packing"])
+        elif config.get("packing") is not None and as_bool(config["packing"]):
+            raise Refused(f"{ctx.source}: {NAME} packing true with {kind}: swiftbox packs sft rows only")
     if config.get("torch_dtype") is not None or kind in TRAIN:
         dtype = str(config.get("torch_dtype") or "auto")
         if dtype not in ("auto", "bfloat16", "float16", "float32"):
