@@ -461,7 +461,10 @@ class EvalStep(StepBase):
                                "loading the model")
     api: Literal["chat", "completions"] = Field("chat", description="benchmarks with --url: chat completions "
                                                 "(generation tasks) or completions (also log-likelihood tasks)")
-    api_key: Optional[str] = Field(None, description="benchmarks with --url: the server's API key")
+    api_key: Optional[str] = Field(None, description="benchmarks with --url: the server's API key; prefer "
+                                   "SWIFTBOX_API_KEY or --api-key-file (a key on the command line shows in ps)")
+    api_key_file: Optional[str] = Field(None, description="benchmarks with --url: file whose first line is the "
+                                        "server's API key")
     served_model: Optional[str] = Field(None, description="benchmarks with --url: the model name to ask for "
                                         "(default: the server's first)")
 

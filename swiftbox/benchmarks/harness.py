@@ -134,11 +134,18 @@ def local_lm(model: Any, tokenizer: Any, batch_size: int, max_length: Optional[i
     return HFLM(pretrained=inner, tokenizer=tokenizer, **kwargs)
 
 
-def server_lm(url: str, model: str, api: str, api_key: Optional[str], tokenizer: Optional[str]) -> Any:
-    """The harness's OpenAI-compatible client for a running server: chat completions (generation tasks) or
-    completions (also log-likelihood tasks, where the server returns prompt logprobs with echo)."""
+def v1(url: str) -> str:
     base = url.rstrip("/")
-    base = base if base.endswith("/v1") else base + "/v1"
+    return base if base.endswith("/v1") else base + "/v1"
+
+
+def server_lm(url: str, model: str, api: str, api_key: Optional[str], tokenizer: Optional[str],
+              batch_size: int = 1) -> Any:
+    """The harness's OpenAI-compatible client for a running server: chat completions (generation tasks) or
+    completions (also log-likelihood tasks, where the server returns prompt logprobs with echo). Completions go as
+    token ids from the model's own tokenizer (the harness's default: the server scores exactly the tokens the
+    harness counted), `batch_size` prompts per request."""
+    base = v1(url)
     if api_key:
         os.environ["OPENAI_API_KEY"] = api_key
     if api == "chat":
@@ -150,7 +157,49 @@ def server_lm(url: str, model: str, api: str, api_key: Optional[str], tokenizer:
 
     return LocalCompletionsAPI(model=model, base_url=f"{base}/completions", num_concurrent=1, max_retries=1,
                                tokenizer_backend="huggingface" if tokenizer else None, tokenizer=tokenizer,
-                               tokenized_requests=False)
+                               tokenized_requests=bool(tokenizer), batch_size=batch_size)
+
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def check_prompt_logprobs(url: str, model: str, api_key: Optional[str], tokenizer: str, benchmarks: list[str]) -> None:
+    """Send the harness's log-likelihood request once (token ids, echo, logprobs 1, max_tokens 1) and refuse a
+    server whose answer lacks a log-probability for every prompt token after the first: the harness would score
+    each choice 0.0 against it and report a number that means nothing (exit 2, one line)."""
+    import urllib.error
+    import urllib.request
+
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(tokenizer).encode(PROBE_TEXT, add_special_tokens=False)
+    body = {"model": model, "prompt": [ids], "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": True}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    req = urllib.request.Request(f"{v1(url)}/completions", data=json.dumps(body).encode(), headers=headers)
+    what = f"eval --url: {url} cannot score {', '.join(benchmarks)} (log-likelihood)"
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            answer = json.load(resp)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")
+        try:
+            detail = json.loads(detail)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise UserError(f"{what}: it refused a completions request with token ids, echo and logprobs "
+                        f"({exc.code}: {' '.join(str(detail).split())[:300]})") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{what}: no answer to a completions request ({exc})") from None
+    try:
+        values = answer["choices"][0]["logprobs"]["token_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        values = None
+    scored = values[1:len(ids)] if isinstance(values, list) and len(values) >= len(ids) else []
+    if not scored or not all(isinstance(v, (int, float)) for v in scored):
+        found = len(values) if isinstance(values, list) else "no"
+        raise UserError(f"{what}: it returns no log-probabilities for the prompt ({found} values for a "
+                        f"{len(ids)}-token prompt with echo and logprobs), so every answer would score 0; serve the "
+                        "model with swiftbox serve or vLLM, or evaluate the model directory")
 
 
 def evaluate(lm: Any, datas: list[TaskData], *, limit: Optional[int], shots: Optional[int], chat_template: bool,

@@ -32,7 +32,7 @@ def check(cfg: EvalStep, platform: Platform, input: str) -> None:
     if cfg.benchmark:
         from swiftbox.pipelines.eval_benchmarks import check_benchmarks
 
-        check_benchmarks(cfg)
+        check_benchmarks(cfg, input)
         return
     if cfg.compare or cfg.url:
         raise UserError("eval: compare: and url: go with benchmark: (standard benchmarks); for your own file "
