@@ -15,9 +15,11 @@ server's prompts alike - both go through data.render):
     * tool results become one user turn of `<tool_response>\n...\n</tool_response>` blocks.
   The server parses that format back (serve/toolcalls.py, "hermes"), so a model trained with it calls tools
   through the API.
-- reasoning: printed from `reasoning_content`, or from Mistral-style `thinking` content chunks
+- reasoning: printed from the field the template reads - `reasoning_content`, or `reasoning` (Hunyuan 3, Kimi),
+  or `thinking` (LFM2.5) - or from Mistral-style `thinking` content chunks
   (`[{"type": "thinking", "thinking": ...}, {"type": "text", "text": ...}]`) when only those are printed; else the
-  template drops it (as it would at inference).
+  template drops it (as it would at inference). swiftbox's messages hold it as `reasoning_content` (data.formats maps
+  every input name there); the rename to the template's field happens here, at rendering.
 """
 from __future__ import annotations
 
@@ -36,11 +38,15 @@ TOOLS_FOOTER = ("\n</tools>\n\nTo call a function, write a JSON object with its 
                 "<args-json-object>}\n</tool_call>")
 
 
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")   # the message fields templates print reasoning from
+
+
 @dataclass(frozen=True)
 class Dialect:
     tools: str = "native"        # native | default (swiftbox's default tool format)
-    reasoning: str = "field"     # field (reasoning_content) | chunks (thinking content chunks) | none
+    reasoning: str = "field"     # field (reasoning_key) | chunks (thinking content chunks) | none
     system: bool = True          # the template takes a system message
+    reasoning_key: str = "reasoning_content"   # the message field the template prints reasoning from
 
 
 def apply(tokenizer, messages: list[dict], tools: Optional[list], kwargs: dict) -> Any:
@@ -104,14 +110,16 @@ def _probe(tokenizer) -> Dialect:
         "name": "probe_fn", "arguments": {"probe_arg": PROBE_VALUE}}}]}
     native = _prints(tokenizer, [user, call], PROBE_VALUE, [PROBE_TOOL])
     answer = {"role": "assistant", "content": "Answer."}
-    reasoning = "none"
-    if _prints(tokenizer, [user, dict(answer, reasoning_content=PROBE_THOUGHT)], PROBE_THOUGHT):
-        reasoning = "field"
-    elif _prints_chunks(tokenizer, [user, dict(answer, content=[{"type": "thinking", "thinking": PROBE_THOUGHT},
-                                                                {"type": "text", "text": "Answer."}])]):
+    reasoning, key = "none", REASONING_KEYS[0]
+    for name in REASONING_KEYS:
+        if _prints(tokenizer, [user, {**answer, name: PROBE_THOUGHT}], PROBE_THOUGHT):
+            reasoning, key = "field", name
+            break
+    chunks = [{"type": "thinking", "thinking": PROBE_THOUGHT}, {"type": "text", "text": "Answer."}]
+    if reasoning == "none" and _prints_chunks(tokenizer, [user, dict(answer, content=chunks)]):
         reasoning = "chunks"
     system = _prints(tokenizer, [{"role": "system", "content": PROBE_SYSTEM}, user], PROBE_SYSTEM)
-    return Dialect("native" if native else "default", reasoning, system)
+    return Dialect("native" if native else "default", reasoning, system, key)
 
 
 def uses_tools(messages: list[dict], tools: Optional[list]) -> bool:
@@ -123,9 +131,17 @@ def adapt(tokenizer, messages: list[dict], tools: Optional[list]) -> tuple[list[
     d = dialect(tokenizer)
     if d.reasoning == "chunks" and any(m.get("reasoning_content") for m in messages):
         messages = [_as_chunks(m) if m["role"] == "assistant" and m.get("reasoning_content") else m for m in messages]
+    elif d.reasoning == "field" and d.reasoning_key != "reasoning_content":
+        messages = [_renamed(m, d.reasoning_key) if "reasoning_content" in m else m for m in messages]
     if d.tools == "default" and uses_tools(messages, tools):
         return default_tool_format(messages, tools, d.system), None
     return messages, tools
+
+
+def _renamed(m: dict, key: str) -> dict:
+    out = {k: v for k, v in m.items() if k != "reasoning_content"}
+    out[key] = m["reasoning_content"]
+    return out
 
 
 def _as_chunks(m: dict) -> dict:

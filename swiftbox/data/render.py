@@ -169,14 +169,18 @@ def _memo(kind: str, tokenizer, kw: dict, compute) -> Any:
 
 
 def end_of_turn(tokenizer, **kw) -> str:
-    """The marker the template writes right after its last reply (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>,
-    gpt-oss's <|return|>, ...); '' for templates that write none (GLM-4, Baichuan2)."""
-    return end_markers(tokenizer, **kw)[0]
+    """What the template writes right after its last reply to close it (<|im_end|>, <|eot_id|>, </s>, gpt-oss's
+    <|return|>, Kimi-K3's whole `<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>`, ...); for a
+    template that closes a reply only when another turn follows (Hunyuan 3, Apertus), that closing; '' for
+    templates that write none (GLM, Baichuan2: the next role's header ends the turn)."""
+    last, *rest = end_markers(tokenizer, **kw)
+    return last or (rest[0] if rest else "")
 
 
 def end_markers(tokenizer, **kw) -> tuple[str, ...]:
-    """The markers the template writes right after a reply: the last reply's first, then an earlier reply's when
-    it differs (gpt-oss ends the last turn with <|return|>, earlier ones with <|end|>); ('',) for none."""
+    """The closings the template writes right after a reply: the last reply's first, then an earlier reply's when
+    it differs (gpt-oss ends the last turn with <|return|>, earlier ones with <|end|>; Hunyuan 3 ends the last turn
+    with nothing, earlier ones with <｜hy_eos｜>); ('',) for none."""
     return _memo("eot", tokenizer, kw, lambda: _end_markers(tokenizer, **kw))
 
 
@@ -198,17 +202,43 @@ def _marker_after(tokenizer, trailer: str) -> str:
     return close.group() if close else ""
 
 
+def _boundary(text: str, k: int) -> int:
+    """The first position at or after k where a marker or a line may start (not inside `<|...|>` or a word)."""
+    while 0 < k < len(text) and not (text[k] in "<[" or text[k - 1] in ">]" or text[k - 1].isspace()):
+        k += 1
+    return k
+
+
 def _end_markers(tokenizer, **kw) -> tuple[str, ...]:
-    text = _ping_pong(tokenizer, **kw)
-    if not text:
+    """The last reply's closing is all the template writes after it (a whole run of special tokens, trailing
+    blanks left out). An earlier reply's is what the template writes between it and the next user turn, less the
+    next user turn's header: the same closing as the last reply's; or the marker that ends every message (it ends
+    the user turn too: gpt-oss <|end|>); or what is left when the text before the first user turn's content (BOS,
+    default system prompt, user header) is taken off its end, cut at a marker's start (Hunyuan 3 <｜hy_eos｜>,
+    Apertus <|assistant_end|>; GLM: nothing)."""
+    one = _ping_pong(tokenizer, **kw)
+    if not one:
         return ("",)
-    at = text.rfind("PONG")
-    last = _marker_after(tokenizer, text[at + 4:] if at >= 0 else "")
+    at = one.rfind("PONG")
+    last = one[at + 4:].rstrip() if at >= 0 else ""
     two = _ping_pong(tokenizer, 2, **kw)
-    first, asked = two.find("PONG"), two.find("PING")
-    earlier = _marker_after(tokenizer, two[first + 4:]) if first >= 0 else ""
-    closes_user = 0 <= asked and two.startswith(earlier, asked + 4)    # ends every message, not the next header
-    return (last, earlier) if earlier and earlier != last and closes_user else (last,)
+    asked, first = two.find("PING"), two.find("PONG")
+    again = two.find("PING", first) if first >= 0 else -1
+    if not (0 <= asked < first < again):
+        return (last,)
+    gap = two[first + 4:again]
+    if last and gap.startswith(last):
+        return (last,)
+    marker = _marker_after(tokenizer, gap)
+    if marker and two.startswith(marker, asked + 4):     # ends every message, the user's too
+        earlier = marker
+    else:
+        before = two[:asked]
+        n = 0
+        while n < min(len(gap), len(before)) and gap[len(gap) - 1 - n] == before[len(before) - 1 - n]:
+            n += 1
+        earlier = gap[:_boundary(gap, len(gap) - n)].rstrip()
+    return (last, earlier) if earlier and earlier != last else (last,)
 
 
 # -- spans -------------------------------------------------------------------------------------------------
@@ -218,9 +248,51 @@ def _refuse(tokenizer, turn: int, why: str) -> UserError:
                      f"every reply (ideally with {{% generation %}} markers), or reshape the data")
 
 
-def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> tuple[str, list[Span]]:
-    """The full rendering of `messages` and the span of every assistant reply in it (in message order)."""
+TRAINING_FLAGS = ("is_training",)     # template variables that ask for the training rendering (Hunyuan 3)
+FOLLOWER = {"role": "user", "content": "PROBEFOLLOW7Q"}
+
+
+def training_kwargs(tokenizer, kw: dict) -> dict:
+    """`kw` plus the training flag(s) the template reads (`is_training`: Hunyuan 3 then closes its last reply and
+    keeps every turn's reasoning), unless given: training renders conversations as the template renders them for
+    training."""
+    source = getattr(tokenizer, "chat_template", None)
+    source = source if isinstance(source, str) else ""
+    flags = {f: True for f in TRAINING_FLAGS if f not in kw and re.search(rf"\b{f}\b", source)}
+    return {**flags, **kw}
+
+
+def rendered(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> str:
+    """The rendering training sees: the template's own, and where it closes a reply only when another turn follows
+    (Apertus), a conversation ending with a reply gets the closing that template writes after it when a user turn
+    follows - by rendering it so, never by guessing; refused (UserError) when that rendering is not a continuation."""
     text = render(tokenizer, messages, tools, **kw)
+    if not messages or messages[-1]["role"] != "assistant":
+        return text
+    last, *rest = end_markers(tokenizer, **kw)
+    if last or not rest:
+        return text
+    calls = messages[-1].get("tool_calls") or []
+    if calls:     # what follows a tool call is its result: where that does not close the turn (Apertus prints the
+        result = {"role": "tool", "content": "PROBERESULT7Q", "tool_call_id": str(calls[0].get("id") or "")}
+        follow = render(tokenizer, messages + [result], tools, **kw)     # result inside the model's turn), the
+        after = follow[len(text):]                                        # call's own markup ends the reply
+        if follow.startswith(text) and not after.lstrip().startswith(rest[0]):
+            return text
+    follow = render(tokenizer, messages + [FOLLOWER], tools, **kw)
+    after = follow[len(text):]
+    gap = len(after) - len(after.lstrip())
+    if not follow.startswith(text) or not after.startswith(rest[0], gap):
+        raise _refuse(tokenizer, len(messages) - 1, f"the template closes a reply ({rest[0]}) only when another turn "
+                                                    f"follows, and then renders the conversation differently")
+    return text + after[:gap + len(rest[0])]
+
+
+def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> tuple[str, list[Span]]:
+    """The full rendering of `messages` for training (`rendered`, with the template's training flag) and the span of
+    every assistant reply in it (in message order)."""
+    kw = training_kwargs(tokenizer, kw)
+    text = rendered(tokenizer, messages, tools, **kw)
     if has_generation_markers(tokenizer):
         marked = _marked_spans(tokenizer, messages, tools, text, **kw)
         if marked is not None:
@@ -230,7 +302,7 @@ def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) 
     prev_end = 0
     replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     for i in replies:
-        alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
+        alt = rendered(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
         start, end = _diff(text, alt)
         if start >= end:
             if not payload_texts(messages[i]):
@@ -261,7 +333,7 @@ def _widen_start(tokenizer, messages, i, tools, text, prev_end, start, **kw) -> 
             return prev_end + at + n
     if head or i == 0 or messages[i - 1]["role"] != "user" or not messages[i - 1].get("content"):
         return start
-    user_start, user_end = _diff(text, render(tokenizer, messages[:i - 1] + [_altered(messages[i - 1])]
+    user_start, user_end = _diff(text, rendered(tokenizer, messages[:i - 1] + [_altered(messages[i - 1])]
                                               + messages[i:], tools, **kw))
     closing = _user_closing(tokenizer, **kw)
     if closing and prev_end <= user_end <= start and text.startswith(closing, user_end):
@@ -342,7 +414,7 @@ def _trim_marked(tokenizer, messages, tools, text, span: Span, **kw) -> Span:
     the template drops the reply's payload (marks an empty turn for a tool call it does not print)."""
     i = span.message
     if payload_texts(messages[i]):
-        alt = render(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
+        alt = rendered(tokenizer, messages[:i] + [_altered(messages[i])] + messages[i + 1:], tools, **kw)
         first, last = _diff(text, alt)
         if first >= last or first < span.start or last > span.end:
             raise _refuse(tokenizer, i, "the template does not render this reply (content, reasoning or tool calls) "

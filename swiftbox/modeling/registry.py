@@ -262,7 +262,51 @@ PRESETS_2026: tuple[Preset, ...] = (
            "ChatML; last reply ends with eos; <function_calls>name(arg=..)</function_calls>; tool results: environment",
            notes=_UNVERIFIED_MS, tool_parser="olmo3", model_type="olmo3"),
 )
-PRESETS = PRESETS + PRESETS_2026
+
+# -- more of this year's families (issue 42): the model types transformers 5.24 ships, each with its real template as a
+# fixture (tests/fixtures/templates/README.md). Sizes: the published ones, or - where the hub card gives none - the
+# parameter count of transformers' default config for that model type (its docstring checkpoint), counted on the meta
+# device; active = all but the routed experts' share not picked per token.
+_DSV4 = ("DeepSeek-V4 (<｜User｜>/<｜Assistant｜></think>); thinking=True opens <think>; DSML tool calls "
+         "(<｜DSML｜tool_calls><｜DSML｜invoke name=..>)")
+_HY3 = ("Hunyuan 3 (<｜hy_User｜>/<｜hy_Assistant｜>); is_training closes the last reply with <｜hy_eos｜>; reasoning "
+        "read from `reasoning`; reasoning_effort no_think by default")
+PRESETS_2026B: tuple[Preset, ...] = (
+    Preset("deepseek-v4-flash", "DeepSeek-V4", "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash", 284.3,
+           _DSV4, ("q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj"),
+           notes="MoE, 13.8B active (sizes of transformers' DeepseekV4Config default, the V4-Flash checkpoint). "
+                 + _UNVERIFIED_MS, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4", model_type="deepseek_v4",
+           active_params_b=13.8),
+    Preset("seed-oss-36b-instruct", "Seed-OSS", "ByteDance-Seed/Seed-OSS-36B-Instruct",
+           "ByteDance-Seed/Seed-OSS-36B-Instruct", 36.0,
+           "Seed (<seed:bos>role\n ... <seed:eos>); <seed:think> reasoning; <seed:tool_call><function=..> XML",
+           notes=_UNVERIFIED_MS, tool_parser="seed_oss", reasoning_parser="seed_oss", model_type="seed_oss"),
+    Preset("minimax-m2", "MiniMax-M2", "MiniMax/MiniMax-M2", "MiniMaxAI/MiniMax-M2", 228.7,
+           "MiniMax (]~b]role\n ... [e~[); generation prompt opens <think>\n; <minimax:tool_call><invoke ..> XML",
+           _ATTN, notes="MoE, 11.0B active", tool_parser="minimax_m2", reasoning_parser="minimax_m2_append_think",
+           model_type="minimax_m2", active_params_b=11.0),
+    Preset("hy3-preview", "Hunyuan-3", "Tencent-Hunyuan/Hy3-preview", "tencent/Hy3-preview", 295.0, _HY3, _ATTN,
+           notes="MoE, 20.7B active (sizes of transformers' HYV3Config default). " + _UNVERIFIED_MS,
+           tool_parser="hy_v3", reasoning_parser="hy_v3", model_type="hy_v3", active_params_b=20.7),
+    Preset("apertus-8b-instruct", "Apertus", "swiss-ai/Apertus-8B-Instruct-2509", "swiss-ai/Apertus-8B-Instruct-2509",
+           8.05, "Apertus (<|assistant_start|> ... <|assistant_end|>, written only when another turn follows: swiftbox "
+                 "writes it after the last reply); tool results inside the assistant turn",
+           ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"), notes=_UNVERIFIED_MS,
+           tool_parser="apertus", model_type="apertus"),
+    Preset("nemotron-3-nano-30b-a3b", "Nemotron-H", "nv-community/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+           "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 31.6,
+           "ChatML; replies start <think></think>, generation prompt opens <think>\n (enable_thinking=False closes "
+           "it); <tool_call><function=..> XML", ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj",
+                                                 "up_proj", "down_proj"),
+           notes="hybrid Mamba-2 MoE, 3.2B active: packing pads (not exact). " + _UNVERIFIED_MS,
+           tool_parser="qwen3_coder", reasoning_parser="nemotron_v3", model_type="nemotron_h", active_params_b=3.2),
+    Preset("lfm2.5-8b-a1b", "LFM2.5", "LiquidAI/LFM2.5-8B-A1B", "LiquidAI/LFM2.5-8B-A1B", 8.3,
+           "ChatML; reasoning read from `thinking` (kept after the last user turn); <|tool_call_start|>[name(..)]",
+           ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
+           notes="MoE, 1.5B active; short convolutions: packing pads (not exact). " + _UNVERIFIED_MS,
+           tool_parser="lfm2", model_type="lfm2_moe", active_params_b=1.5),
+)
+PRESETS = PRESETS + PRESETS_2026 + PRESETS_2026B
 
 
 def _keys(preset: Preset) -> set[str]:

@@ -12,6 +12,7 @@ got == want, nothing else. tests/unit/test_family_table.py holds docs/models.md 
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Optional
 
 from swiftbox import data
 from swiftbox.errors import UserError
+from swiftbox.serving.toolformats import FORMATS
 from tests.support.templates import TEMPLATES, TURNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,7 @@ class Renders:
 
 
 ML = "<｜end▁of▁sentence｜>"
+HY = "<｜hy_eos:opensource｜>"
 HERMES = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 FAMILIES = {   # fixture file stem -> what it renders (eos_token is the toy's <|im_end|>)
     "Qwen-Qwen2.5-7B-Instruct": Renders("<|im_end|>", tool_call=HERMES + "<|im_end|>"),
@@ -99,6 +102,38 @@ FAMILIES = {   # fixture file stem -> what it renders (eos_token is the toy's <|
     "microsoft-phi-4": Renders("<|im_end|>"),
     "allenai-Olmo-3-7B-Instruct": Renders(
         "<|im_end|>", tool_call='<function_calls>get_weather(city="Paris")</function_calls><|im_end|>'),
+    # issue 42: more of this year's families
+    "deepseek-ai-DeepSeek-V4": Renders(      # reasoning printed only with thinking=True (chat_template_kwargs)
+        ML, tool_call='\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                      'string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>' + ML),
+    "ByteDance-Seed-Seed-OSS-36B-Instruct": Renders(
+        "<seed:eos>", tool_call="<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
+                                "</function>\n</seed:tool_call><seed:eos>",
+        reasoning=("<seed:think>Think Hello.</seed:think>\nHello.<seed:eos>",
+                   "<seed:think>Think Bye.</seed:think>\nBye.<seed:eos>")),
+    "MiniMaxAI-MiniMax-M2": Renders(        # end of turn `[e~[` (not a <tag>); generation prompt opens <think>\n
+        "[e~[", tool_call='\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris'
+                          "</parameter>\n</invoke>\n</minimax:tool_call>[e~[",
+        reasoning=("Hello.[e~[", "Think Bye.\n</think>\n\nBye.[e~[")),
+    "tencent-Hy3": Renders(                 # closes the last reply only with is_training; reasoning from `reasoning`
+        HY, tool_call="<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+                      "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris"
+                      "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>" + HY,
+        reasoning=("Think Hello.</think:opensource>Hello." + HY, "Think Bye.</think:opensource>Bye." + HY)),
+    "swiss-ai-Apertus-8B-Instruct": Renders(    # <|assistant_end|> only when another turn follows
+        "<|assistant_end|>", tool_call='<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>'),
+    "nvidia-NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": Renders(   # replies open <think></think>; the prompt <think>\n
+        "<|im_end|>", prefix="</think>",
+        tool_call="</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                  "</function>\n</tool_call>\n<|im_end|>",
+        reasoning=("</think>\nHello.<|im_end|>", "Think Bye.\n</think>\nBye.<|im_end|>")),
+    "LiquidAI-LFM2.5-8B-A1B": Renders(      # reasoning from `thinking`, kept after the last user turn
+        "<|im_end|>", tool_call="<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|><|im_end|>",
+        reasoning=("Hello.<|im_end|>", "<think>Think Bye.</think>Bye.<|im_end|>")),
+    "zai-org-GLM-4.7-Flash": Renders(       # replies open </think>; the generation prompt <think>
+        "", prefix="</think>",
+        tool_call="</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+        reasoning=("</think>Hello.", "Think Bye.</think>Bye.")),
 }
 SYSTEM = {"role": "system", "content": "Be brief."}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
@@ -124,15 +159,68 @@ FIXTURE_OF = {
     "SmolLM3": "HuggingFaceTB-SmolLM3-3B", "LFM2": "LiquidAI-LFM2-1.2B", "Granite-4": "ibm-granite-granite-4.0-h-tiny",
     "Phi-4": "microsoft-phi-4", "OLMo-3": "allenai-Olmo-3-7B-Instruct",
     "SmolLM2": "HuggingFaceTB-SmolLM2-135M-Instruct",
+    "DeepSeek-V4": "deepseek-ai-DeepSeek-V4", "Seed-OSS": "ByteDance-Seed-Seed-OSS-36B-Instruct",
+    "MiniMax-M2": "MiniMaxAI-MiniMax-M2", "Hunyuan-3": "tencent-Hy3", "Apertus": "swiss-ai-Apertus-8B-Instruct",
+    "Nemotron-H": "nvidia-NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "LFM2.5": "LiquidAI-LFM2.5-8B-A1B",
 }
 # presets whose own template is a fixture other than their family's (Llama 3.2 ships a template of its own)
 PRESET_FIXTURE = {"llama-3.2-1b-instruct": "meta-llama-Llama-3.2-3B-Instruct",
                   "llama-3.2-3b-instruct": "meta-llama-Llama-3.2-3B-Instruct"}
 # fixtures no preset uses: the config.json model_type of the model the template belongs to (for the packing column)
 FIXTURE_MODEL_TYPE = {"google-gemma-2-2b-it": "gemma2", "microsoft-Phi-3.5-mini-instruct": "phi3",
-                      "mistralai-Ministral-3-14B-Reasoning-2512": "mistral3"}
+                      "mistralai-Ministral-3-14B-Reasoning-2512": "mistral3", "zai-org-GLM-4.7-Flash": "glm4_moe_lite"}
 
 Case = tuple[Any, Any]     # (got, want): exact when equal
+
+# -- served tools (issue 39): what the built-in engine reads back --------------------------------------------------
+WEATHER_CALL = [("get_weather", {"city": "Paris"})]
+# families whose presets name a vLLM --tool-call-parser for another format than the one the built-in engine reads
+# (the one the template trains), and why
+VLLM_PARSER_DIFFERS = {
+    "InternLM": "vLLM's internlm parser reads the checkpoint's own <|action_start|><|plugin|> calls; the template "
+                "renders no tool calls, so swiftbox trains and reads its default format (hermes)",
+}
+# families whose presets name no vLLM tool parser, and why (the built-in engine still reads the default format)
+NO_VLLM_PARSER = {
+    "SmolLM2": "no tool calls of its own (the template renders none)",
+    "GLM-4": "no vLLM parser for glm-4-9b-chat's `name\\n{...}` calls; the template renders none",
+    "Baichuan": "no tool calls of its own (the template renders none)",
+    "DeepSeek-R1-Distill": "the template refuses tool calls",
+    "Gemma-3": "no tool calls of its own (the template renders none)",
+    "Phi-4": "no tool calls of its own (the template renders none)",
+}
+
+
+def tool_call_written(tok, name: str) -> tuple[str, str]:
+    """(generation prompt, the tool-call reply as the model writes it): the conversation with the call rendered
+    through the real template (data.render: transformers' apply_chat_template with the tools; swiftbox's default
+    format where the template has none) past the generation prompt, or the labelled reply where the rendering does
+    not continue the prompt."""
+    use(tok, name)
+    prompt = data.render(tok, TOOL_TURNS[:1], TOOLS, generation_prompt=True)
+    full = data.render(tok, TOOL_TURNS[:2], TOOLS)
+    return prompt, full[len(prompt):] if full.startswith(prompt) else replies(tok, TOOL_TURNS[:2], TOOLS)[-1]
+
+
+def served_tool_case(tok, name: str) -> tuple[str, Case]:
+    """(the format the built-in engine reads this template's answers with, (got, want)): the written tool call read
+    back - whole and a character at a time - is get_weather(city="Paris") and nothing else. The template's end of
+    turn and the toy's eos count as the special tokens they are on the real tokenizer."""
+    from swiftbox.serving import toolformats
+
+    prompt, written = tool_call_written(tok, name)
+    r = FAMILIES[name]
+    hidden = tuple(t for t in (r.eot, r.earlier_eot, tok.eos_token) if t)
+    parser = toolformats.answer_parser(tok.chat_template, TOOLS, prompt_tail=prompt, hidden=hidden)
+    if parser is None or parser.fmt is None:
+        return "", (None, WEATHER_CALL)
+    reader = parser.stream()
+    events = [e for ch in written for e in reader.feed(ch)] + reader.finish()
+    got = []
+    for parsed in (parser(written), toolformats.collect(events)):
+        got.append(([(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls],
+                    parsed.content))
+    return parser.fmt.name, (got, [(WEATHER_CALL, None)] * 2)
 
 
 def toy_tokenizer():
@@ -251,12 +339,14 @@ def sft_context(tok, name: str) -> Case:
 
 # -- the table ----------------------------------------------------------------------------------------------------
 COLUMNS = ("template (fixture)", "presets", "model_type", "SFT labels", "DPO split", "generation prompt", "tools",
+           "served tools",
            "reasoning", "SFT batching (default)")
 ALLOWED = {   # column -> the verdicts a cell may start with ("no": a check failed)
     "SFT labels": ("yes", "yes, no system role (exit 2)", "refused (exit 3)", "no"),
     "DPO split": ("yes", "refused (exit 3)", "no"),
     "generation prompt": ("yes", "yes, SFT context differs", "no"),
     "tools": ("template's format", "default tool format", "no"),
+    "served tools": tuple(f"yes ({f.name})" for f in FORMATS) + ("no",),     # the built-in engine's ToolFormat
     "reasoning": ("template's format", "n/a (ignored)", "no"),
     "SFT batching (default)": ("packed", "padded, grouped by length", "n/a (training refused)"),
 }
@@ -331,6 +421,11 @@ def row(tok, name: str) -> Row:
                       "template's format" if FAMILIES[name].tool_call else "default tool format")
     if tools and not FAMILIES[name].lists_tools:
         notes.append("tools: the template does not list the tool schemas (describe them in the system prompt)")
+    served, case = served_tool_case(tok, name)
+    cells["served tools"] = f"yes ({served})" if case[0] == case[1] else "no"
+    for family in dict.fromkeys(p.family for p in presets):
+        if family in VLLM_PARSER_DIFFERS:
+            notes.append(f"served tools: {VLLM_PARSER_DIFFERS[family]}")
     reasoning = exact(reasoning_case, tok, name)
     cells["reasoning"] = ("no" if not reasoning else
                           "template's format" if FAMILIES[name].reasoning else "n/a (ignored)")

@@ -39,6 +39,9 @@ FAMILIES: dict[str, dict] = {
     "deepseek_v3": dict(_MOE, first_k_dense_replace=0, n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16,
                         qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=None,
                         num_key_value_heads=None),
+    # issue 42: attention-only families of this year (DeepSeek-V4's hash-routed MoE layers need input_ids: top-k MoE)
+    "seed_oss": {}, "apertus": {}, "minimax_m2": _MOE, "hy_v3": dict(_MOE, first_k_dense_replace=0),
+    "deepseek_v4": dict(_MOE, first_k_dense_replace=0, mlp_layer_types=["moe", "moe"]),
     # hybrid linear attention / state space / convolution
     "qwen3_next": dict(_MOE, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),

@@ -11,8 +11,11 @@ from swiftbox.errors import Unsupported
 from swiftbox.modeling import registry
 
 NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "gpt-oss", "Llama-4", "GLM-4.5",
-                "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3"}
-HYBRID = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "LFM2", "Granite-4"}   # linear attention / Mamba / convolutions
+                "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3",
+                # issue 42
+                "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5"}
+HYBRID = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "LFM2", "Granite-4", "Nemotron-H", "LFM2.5"}   # linear attention /
+# Mamba / convolutions
 # attention-only families whose packed batch is still not exact in transformers
 # (measured: tests/unit/test_packing_exact.py)
 ATTENTION_NOT_EXACT = {"gpt-oss"}
@@ -24,10 +27,20 @@ CUSTOM_CODE = {"InternLM", "Baichuan"}
 def test_every_family_of_the_year_has_a_preset_with_both_hub_ids():
     families = {p.family for p in registry.PRESETS}
     assert NEW_FAMILIES <= families
-    for p in registry.PRESETS_2026:
+    for p in registry.PRESETS_2026 + registry.PRESETS_2026B:
         assert "/" in p.modelscope_id and "/" in p.hf_id and p.model_type, p.name
         assert registry.find(p.name) is p and registry.find(f"hf:{p.hf_id}") is not None
         assert p.params_b > p.active_params_b >= 0
+
+
+def test_every_preset_model_type_is_one_the_installed_transformers_builds():
+    """A preset names a config.json model_type transformers knows (the packing policy, refusals and memory rows key on
+    it); a typo or a family transformers dropped fails here."""
+    from transformers import CONFIG_MAPPING
+
+    unknown = {p.name: p.model_type for p in registry.PRESETS
+               if p.model_type not in CONFIG_MAPPING and p.model_type not in registry.PACKING_UNPROVEN}
+    assert not unknown
 
 
 def test_packing_is_exact_only_where_every_layer_is_attention():
@@ -42,7 +55,7 @@ def test_packing_is_exact_only_where_every_layer_is_attention():
 def test_models_table_has_a_memory_row_and_the_packing_policy_for_each_preset():
     table = registry.models_table()
     rows = {r["name"]: r for r in table["presets"]}
-    for p in registry.PRESETS_2026:
+    for p in registry.PRESETS_2026 + registry.PRESETS_2026B:
         row = rows[p.name]
         assert set(row["memory_gib"]) == set(registry.METHODS) and row["packing"] == p.packing
         assert row["memory_gib"]["qlora"] < row["memory_gib"]["lora"] < row["memory_gib"]["full"]
