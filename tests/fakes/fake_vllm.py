@@ -1,5 +1,6 @@
 """A stand-in for `vllm serve` (CPU tests): same flags we pass, /health open, /v1 guarded by --api-key,
-canned OpenAI answers (streamed or not), and a 400 for max_tokens > 1000 like vLLM's context check.
+canned OpenAI answers (streamed or not; completions answer each prompt with the prompt as received), and a 400
+for max_tokens > 1000 like vLLM's context check.
 Runtime LoRA updating as vLLM does it: /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with
 VLLM_ALLOW_RUNTIME_LORA_UPDATING set and --enable-lora; a load reads adapter_config.json and refuses a rank
 above --max-lora-rank; unknown models get 404; /metrics serves a vllm:* family."""
@@ -93,6 +94,19 @@ def main() -> None:
         return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        """One choice per prompt (vLLM's four prompt forms), whose text is the prompt as this child received it."""
+        if not authorised(request):
+            return error("Unauthorized", 401)
+        body = await request.json()
+        prompt = body["prompt"]
+        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
+        return {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
+                "choices": [{"index": i, "text": json.dumps(p), "logprobs": None, "finish_reason": "length"}
+                            for i, p in enumerate(prompts)],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

@@ -210,3 +210,39 @@ def test_prefill_prompt_logprobs_equal_a_direct_forward(toy_parts):
                     best = torch.topk(logp[pos], 3)
                     assert [t for t, _ in top] == best.indices.tolist()
                     assert [v for _, v in top] == pytest.approx(best.values.tolist(), abs=1e-4)
+
+
+# -- the vLLM engine: the front door takes every prompt form vLLM takes and relays it unchanged --------------------
+
+def test_the_vllm_relay_passes_token_ids_and_batches_unchanged(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    from swiftbox.device.cpu import CpuPlatform
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
+    from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+    from swiftbox.serving.vllm.plan import plan
+    from swiftbox.steps import ServeStep
+
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    fake = str(Path(__file__).parents[1] / "fakes" / "fake_vllm.py")
+    p = plan(ServeStep(engine="vllm"), CpuPlatform(), model_path="/m", base_name="base", loras={}, dtype="float32",
+             port=port, executable=[sys.executable, fake])
+    proc = VllmProcess(p, tmp_path / "vllm.log")
+    proc.start(timeout=120)
+    server = ServerThread(build_app(VllmBackend(proc), api_key="outer")).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="outer", max_retries=0, timeout=60)
+        for prompt in ("one", ["one", "two"], [1, 2, 3], [[1, 2], [3]]):
+            r = client.completions.create(model="base", prompt=prompt, max_tokens=1, echo=True, logprobs=1)
+            received = [json.loads(c.text) for c in r.choices]
+            assert received == ([prompt] if isinstance(prompt, str) or isinstance(prompt[0], int) else prompt)
+        r = client.completions.create(model="base", prompt=[[1, 2]], max_tokens=0, echo=True, logprobs=1)
+        assert json.loads(r.choices[0].text) == [1, 2]
+    finally:
+        server.stop()
+        proc.stop()
