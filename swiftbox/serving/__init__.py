@@ -20,7 +20,8 @@ protocol module, the logic behind one typed engine seam.
     server.py      uvicorn on a bound socket  smoke.py      one question through the openai client
     remote.py      a client for a running server's adapter routes (chat --url, the menu)
     translate.py   /v1/messages and /v1/responses onto the chat request, and the chat answer read back
-    response_store.py   the bounded store behind /v1/responses' previous_response_id
+    response_store.py   the bounded store behind /v1/responses (previous_response_id, GET, DELETE, input_items)
+    fields.py      the spec: every SDK request parameter per endpoint and engine (honoured / refused / hint)
 
 The step (swiftbox/pipelines/serve.py) checks, runs the pre-deploy gate (swiftbox.verify.startup_gate),
 opens the backend here and serves; this package imports nothing above it (tests/unit/test_layers.py).
