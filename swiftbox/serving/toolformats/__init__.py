@@ -5,10 +5,15 @@ the preset names, see modeling/registry.py), and a stream parser that reads any 
     module        format (swiftbox name: vLLM parser names)
     hermes        hermes: hermes (JSON in <tool_call>; swiftbox's default tool format, data/dialect.py)
                   internlm: internlm (<|action_start|><|plugin|>{...}<|action_end|>)
-    qwen3_xml     qwen3_xml: qwen3_xml, qwen3_coder (<tool_call><function=..><parameter=..>)
+    qwen3_xml     qwen3_xml: qwen3_xml, qwen3_coder (<tool_call><function=..><parameter=..>); seed_oss: seed_oss
+                  (the same in <seed:tool_call>)
+    invoke        minimax_m2: minimax_m2 (<minimax:tool_call><invoke name=..>); deepseek_dsml: deepseek_v32,
+                  deepseek_v4 (<｜DSML｜tool_calls><｜DSML｜invoke name=..>)
+    apertus       apertus: apertus (<|tools_prefix|>[{name: args}]<|tools_suffix|>)
     mistral       mistral: mistral ([TOOL_CALLS][{...}] and [TOOL_CALLS]name[ARGS]{...})
     llama_json    llama_json: llama3_json, llama4_json (the answer is {"name", "parameters"})
-    glm           glm4 (old GLM-4: name\\n{...}; no vLLM parser), glm45: glm45 (<arg_key>/<arg_value>)
+    glm           glm4 (old GLM-4: name\\n{...}; no vLLM parser), glm45: glm45, glm47 (<arg_key>/<arg_value>),
+                  hy_v3: hy_v3 (the same with :opensource tags)
     deepseek      deepseek: deepseek_v31, deepseek_v3 (<｜tool▁calls▁begin｜>...)
     kimi_k2       kimi_k2: kimi_k2 (<|tool_calls_section_begin|>...)
     harmony       harmony: openai (gpt-oss channels; also its reasoning)
@@ -24,26 +29,29 @@ families' checkpoints does (their tokenizer configs carry no response schema), s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Optional, Union
 
+from swiftbox.serving.toolformats.apertus import APERTUS
 from swiftbox.serving.toolformats.base import Parsed, ToolFormat, Tools
 from swiftbox.serving.toolformats.deepseek import DEEPSEEK
 from swiftbox.serving.toolformats.gemma4 import GEMMA4
-from swiftbox.serving.toolformats.glm import GLM4, GLM45
+from swiftbox.serving.toolformats.glm import GLM4, GLM45, HY_V3
 from swiftbox.serving.toolformats.harmony import HARMONY, HarmonyParser
 from swiftbox.serving.toolformats.hermes import HERMES, INTERNLM
+from swiftbox.serving.toolformats.invoke import DEEPSEEK_DSML, MINIMAX_M2
 from swiftbox.serving.toolformats.kimi_k2 import KIMI_K2
 from swiftbox.serving.toolformats.llama_json import LLAMA_JSON
 from swiftbox.serving.toolformats.mistral import MISTRAL
 from swiftbox.serving.toolformats.pythonic import LFM2, OLMO3, PYTHONIC
-from swiftbox.serving.toolformats.qwen3_xml import QWEN3_XML
+from swiftbox.serving.toolformats.qwen3_xml import QWEN3_XML, SEED_OSS
 from swiftbox.serving.toolformats.reasoning import THINK, Reasoning, opened_by, reasoning_of
 from swiftbox.serving.toolformats.stream import Event, StreamParser
 
 # detection order: the most specific template markers first (Qwen3.5 and GLM-4.5 also write <tool_call>)
-FORMATS: tuple[ToolFormat, ...] = (HARMONY, QWEN3_XML, GLM45, GEMMA4, DEEPSEEK, KIMI_K2, LFM2, OLMO3, INTERNLM,
-                                   MISTRAL, LLAMA_JSON, GLM4, HERMES, PYTHONIC)
+FORMATS: tuple[ToolFormat, ...] = (HARMONY, DEEPSEEK_DSML, SEED_OSS, MINIMAX_M2, HY_V3, APERTUS, QWEN3_XML, GLM45,
+                                   GEMMA4, DEEPSEEK, KIMI_K2, LFM2, OLMO3, INTERNLM, MISTRAL, LLAMA_JSON, GLM4, HERMES,
+                                   PYTHONIC)
 
 
 def detect(chat_template: Optional[str]) -> ToolFormat:
@@ -119,6 +127,10 @@ class AnswerParser:
     hidden: tuple[str, ...] = ()
     harmony: bool = False
 
+    def after(self, prompt_tail: str) -> AnswerParser:
+        """This parser for answers that follow a prompt ending in `prompt_tail` (did it open a reasoning block?)."""
+        return replace(self, opened=opened_by(prompt_tail, self.reasoning))
+
     def stream(self) -> Union[StreamParser, HarmonyParser]:
         return reader(self.fmt, self.reasoning, tools=self.tools, opened=self.opened, hidden=self.hidden,
                       harmony=self.harmony)
@@ -144,7 +156,7 @@ def answer_parser(chat_template: Optional[str], tools: Optional[list[dict]], *, 
         if isinstance(fn.get("name"), str):
             params = fn.get("parameters")
             schemas[fn["name"]] = params if isinstance(params, dict) else {}
-    return AnswerParser(fmt, reasoning, schemas, opened_by(prompt_tail, reasoning), tuple(hidden), harmony)
+    return AnswerParser(fmt, reasoning, schemas, hidden=tuple(hidden), harmony=harmony).after(prompt_tail)
 
 
 __all__ = ["FORMATS", "AnswerParser", "Parsed", "Reasoning", "StreamParser", "ToolFormat", "answer_parser", "by_name",

@@ -5,7 +5,9 @@
     <tool_call>get_weather\\n<arg_key>city</arg_key>\\n<arg_value>Paris</arg_value>\\n</tool_call>
                                                                       GLM-4.5 / 4.6 (vLLM's glm45)
 
-GLM-4.5's values are text typed by the tool's schema (a string parameter keeps the text, others the JSON it spells).
+GLM-4.7 (vLLM's glm47) writes the same without newlines. Hunyuan 3 (vLLM's hy_v3) uses the same key/value scheme
+with `:opensource` tags and `<tool_sep:opensource>` after the name, inside a `<tool_calls:opensource>` section.
+The values are text typed by the tool's schema (a string parameter keeps the text, others the JSON it spells).
 """
 from __future__ import annotations
 
@@ -41,33 +43,52 @@ GLM4 = ToolFormat("glm4", (), (), _glm4, lambda template: "[gMASK]" in template 
                   example='get_weather\n{"city": "Paris"}')
 
 
-def _glm45_one(body: str, tools: Tools) -> Optional[dict]:
-    first = body.find(KEY)
-    name = (body if first < 0 else body[:first]).strip()
+def key_values(body: str, tools: Tools, tags: tuple[str, str, str, str], sep: str = "") -> Optional[dict]:
+    """`NAME[sep]<k>key</k><v>value</v>...` -> a call (tags: key open/close, value open/close)."""
+    key, key_end, value, value_end = tags
+    first = body.find(key)
+    head = body if first < 0 else body[:first]
+    name = (head.split(sep, 1)[0] if sep else head).strip()
     args = {}
     at = max(first, 0)
-    while first >= 0 and (start := body.find(KEY, at)) >= 0:
-        key_end = body.find(KEY_END, start)
-        v_start = body.find(VALUE, key_end) if key_end >= 0 else -1
-        v_end = body.find(VALUE_END, v_start) if v_start >= 0 else -1
+    while first >= 0 and (start := body.find(key, at)) >= 0:
+        k_end = body.find(key_end, start)
+        v_start = body.find(value, k_end) if k_end >= 0 else -1
+        v_end = body.find(value_end, v_start) if v_start >= 0 else -1
         if v_end < 0:
             return None
-        key = body[start + len(KEY):key_end].strip()
-        args[key] = typed(body[v_start + len(VALUE):v_end], param_schema(tools, name, key))
-        at = v_end + len(VALUE_END)
+        name_of_arg = body[start + len(key):k_end].strip()
+        args[name_of_arg] = typed(body[v_start + len(value):v_end], param_schema(tools, name, name_of_arg))
+        at = v_end + len(value_end)
     return call(name, args) if "\n" not in name and "{" not in name else None
 
 
-def _glm45(text: str, tools: Tools) -> Optional[Split]:
-    bodies, outside, _ = blocks(text, OPEN, CLOSE)
-    calls = []
-    for body in bodies:
-        found = _glm45_one(body, tools)
-        if found is None:
-            return None
-        calls.append(found)
-    return ("".join(outside), calls) if calls else None
+def key_value_split(open_: str, close: str, tags: tuple[str, str, str, str], sep: str = "", wrap: tuple[str, ...] = ()):
+    """The split of key/value calls inside `open_ ... close` blocks (`wrap`: section tags dropped from the text)."""
+    def split(text: str, tools: Tools) -> Optional[Split]:
+        bodies, outside, _ = blocks(text, open_, close)
+        calls = []
+        for body in bodies:
+            found = key_values(body, tools, tags, sep)
+            if found is None:
+                return None
+            calls.append(found)
+        rest = "".join(outside)
+        for tag in wrap:
+            rest = rest.replace(tag, "")
+        return (rest, calls) if calls else None
+    return split
 
 
-GLM45 = ToolFormat("glm45", ("glm45",), (OPEN,), _glm45, lambda template: KEY in template and OPEN in template,
+GLM45 = ToolFormat("glm45", ("glm45", "glm47"), (OPEN,), key_value_split(OPEN, CLOSE, (KEY, KEY_END, VALUE, VALUE_END)),
+                   lambda template: KEY in template and OPEN in template,
                    example="<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>")
+
+HY = ":opensource"
+HY_TAGS = (f"<arg_key{HY}>", f"</arg_key{HY}>", f"<arg_value{HY}>", f"</arg_value{HY}>")
+HY_SECTION = (f"<tool_calls{HY}>", f"</tool_calls{HY}>")
+HY_V3 = ToolFormat("hy_v3", ("hy_v3",), (HY_SECTION[0], f"<tool_call{HY}>"),
+                   key_value_split(f"<tool_call{HY}>", f"</tool_call{HY}>", HY_TAGS, f"<tool_sep{HY}>", HY_SECTION),
+                   lambda template: "<tool_sep{}>" in template or f"<tool_sep{HY}>" in template,
+                   example=f"{HY_SECTION[0]}\n<tool_call{HY}>get_weather<tool_sep{HY}>\n{HY_TAGS[0]}city{HY_TAGS[1]}\n"
+                           f"{HY_TAGS[2]}Paris{HY_TAGS[3]}\n</tool_call{HY}>\n{HY_SECTION[1]}")

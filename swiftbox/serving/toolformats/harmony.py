@@ -76,38 +76,57 @@ class HarmonyParser:
         return [("call", found)] if found else self.out.put("text", text)
 
     def _run(self, final: bool) -> list[Event]:
+        """One forward pass over what is pending: a cursor, and each marker's next position found once (a marker
+        that is absent is not searched again), so a long answer of many messages reads in linear time."""
         events: list[Event] = []
+        text, at = self.pending, 0
+        found: dict[str, int] = {}
+
+        def next_at(marker: str) -> int:
+            pos = found.get(marker)
+            if pos is None or (0 <= pos < at):
+                pos = found[marker] = text.find(marker, at)
+            return pos
+
         while True:
             if self.state == "plain":
-                keep = 0 if final else held(self.pending, *self._plain)
-                text, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
-                return events + (self.out.put("text", text) if text else [])
+                keep = 0 if final else held(text[at:], *self._plain)
+                piece, at = text[at:len(text) - keep], len(text) - keep
+                events += self.out.put("text", piece) if piece else []
+                break
             if self.state == "header":
-                at = self.pending.find(MESSAGE)
-                if at < 0:
-                    s = self.pending.lstrip()
-                    if s and not any(s.startswith(h) or h.startswith(s) for h in HEADS):
-                        self.state = "plain"       # not harmony: plain content
-                        continue
-                    return events
-                channel, recipient = header(self.pending[:at])
-                self.pending, self.state = self.pending[at + len(MESSAGE):], "body"
+                lead = at
+                while lead < len(text) and text[lead] in " \t\r\n":
+                    lead += 1
+                rest = len(text) - lead
+                if rest and not any(text.startswith(h, lead) or (rest < len(h) and h.startswith(text[lead:]))
+                                    for h in HEADS):
+                    self.state = "plain"       # not harmony: plain content
+                    continue
+                end = next_at(MESSAGE)
+                if end < 0:
+                    break
+                channel, recipient = header(text[at:end])
+                at, self.state = end + len(MESSAGE), "body"
                 if recipient and recipient.startswith("functions.") and self.calls:
                     self.kind, self.name = "call", recipient[len("functions."):]
                 else:
                     self.kind = "reasoning" if channel == "analysis" else "text"
                 continue
             # body
-            hits = [(i, e) for e, i in ((e, self.pending.find(e)) for e in ENDS) if i >= 0]
+            hits = [(pos, e) for e, pos in ((e, next_at(e)) for e in ENDS) if pos >= 0]
             if hits:
-                at, end = min(hits)
-                events += self._piece(self.pending[:at])
-                self.pending, self.state = self.pending[at + len(end):], "header"
+                pos, end_marker = min(hits)
+                events += self._piece(text[at:pos])
+                at, self.state = pos + len(end_marker), "header"
                 events += self._close()
                 continue
-            keep = 0 if final else held(self.pending, *self._body)
-            text, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
-            return events + self._piece(text)
+            keep = 0 if final else held(text[at:], *self._body)
+            events += self._piece(text[at:len(text) - keep])
+            at = len(text) - keep
+            break
+        self.pending = text[at:]
+        return events
 
     def _piece(self, text: str) -> list[Event]:
         if not text:

@@ -17,13 +17,15 @@ TAGS = ("<|python_tag|>", "<|python_start|>", "<|python_end|>")
 
 def _split(text: str, tools: Tools) -> Optional[Split]:
     body = text.strip()
-    changed = True
-    while changed:
-        changed = False
-        for tag in TAGS:
-            if body.startswith(tag):
-                body, changed = body[len(tag):].lstrip(), True
-    body = body.removesuffix("<|python_end|>").rstrip()
+    at = 0
+    while True:                     # past the leading tags, moving forward (no re-slicing: linear)
+        while at < len(body) and body[at] in " \t\r\n":
+            at += 1
+        tag = next((t for t in TAGS if body.startswith(t, at)), None)
+        if tag is None:
+            break
+        at += len(tag)
+    body = body[at:].removesuffix("<|python_end|>").rstrip()
     calls = []
     at = 0
     while at < len(body):

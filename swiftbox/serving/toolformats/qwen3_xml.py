@@ -50,18 +50,26 @@ def _one(body: str, tools: Tools) -> Optional[dict]:
     return call(name, args)
 
 
-def _split(text: str, tools: Tools) -> Optional[Split]:
-    bodies, outside, _ = blocks(text, OPEN, CLOSE)
-    calls = []
-    for body in bodies:
-        found = _one(body, tools)
-        if found is None:
-            return None
-        calls.append(found)
-    return ("".join(outside), calls) if calls else None
+def xml_split(open_: str, close: str):
+    """The split of `<function=..>` calls inside `open_ ... close` blocks."""
+    def split(text: str, tools: Tools) -> Optional[Split]:
+        bodies, outside, _ = blocks(text, open_, close)
+        calls = []
+        for body in bodies:
+            found = _one(body, tools)
+            if found is None:
+                return None
+            calls.append(found)
+        return ("".join(outside), calls) if calls else None
+    return split
 
 
-QWEN3_XML = ToolFormat("qwen3_xml", ("qwen3_xml", "qwen3_coder"), (OPEN,), _split,
+QWEN3_XML = ToolFormat("qwen3_xml", ("qwen3_xml", "qwen3_coder"), (OPEN,), xml_split(OPEN, CLOSE),
                        lambda template: OPEN in template and FUNC in template and PARAM in template,
                        example="<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>"
                                "\n</tool_call>")
+SEED_OPEN, SEED_CLOSE = "<seed:tool_call>", "</seed:tool_call>"
+SEED_OSS = ToolFormat("seed_oss", ("seed_oss",), (SEED_OPEN,), xml_split(SEED_OPEN, SEED_CLOSE),
+                      lambda template: SEED_OPEN in template,
+                      example=f"{SEED_OPEN}\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
+                              f"{SEED_CLOSE}")

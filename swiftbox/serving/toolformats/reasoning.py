@@ -23,7 +23,9 @@ class Reasoning:
 THINK = Reasoning("think", ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "granite", "olmo3"), "<think>", "</think>")
 MISTRAL = Reasoning("mistral", ("mistral",), "[THINK]", "[/THINK]")
 GEMMA4 = Reasoning("gemma4", ("gemma4",), "<|channel>thought", "<channel|>")
-REASONINGS = (THINK, MISTRAL, GEMMA4)
+SEED = Reasoning("seed_oss", ("seed_oss",), "<seed:think>", "</seed:think>")
+HY_V3 = Reasoning("hy_v3", ("hy_v3",), "<think:opensource>", "</think:opensource>")
+REASONINGS = (THINK, MISTRAL, GEMMA4, SEED, HY_V3)
 
 
 def reasoning_of(template: Optional[str]) -> Optional[Reasoning]:
@@ -31,6 +33,10 @@ def reasoning_of(template: Optional[str]) -> Optional[Reasoning]:
     t = template or ""
     if MISTRAL.open in t:
         return MISTRAL
+    if SEED.open in t:
+        return SEED
+    if "<think{}>" in t or HY_V3.open in t:
+        return HY_V3
     if "<|channel>" in t:
         return GEMMA4
     if THINK.open in t or THINK.close in t:
