@@ -67,15 +67,6 @@ def prompt_end(req) -> dict[str, bool]:
     return {"generation_prompt": bool(getattr(req, "add_generation_prompt", True))}
 
 
-def special_tokens(tokenizer: Any) -> tuple[str, ...]:
-    """The tokenizer's special tokens (what `skip_special_tokens` drops), longest first."""
-    found = set(getattr(tokenizer, "all_special_tokens", None) or [])
-    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(added, "special", False):
-            found.add(str(added.content))
-    return tuple(sorted((t for t in found if t), key=lambda t: (-len(t), t)))
-
-
 class BuiltinBackend:
     name = "builtin"
 

@@ -18,7 +18,6 @@ class TextStream:
         self.text = ""
         self.sent = 0
         self.stopped = False
-        self.keep_special = False   # True: special tokens stay in the text (an answer parser reads, then hides them)
         self.matched: str | None = None     # the stop string that ended the text (vLLM's stop_reason)
         self.keep_special = False   # True: special tokens stay in the text (an answer parser reads, then hides them)
         self._longest = max((len(s) for s in self.stops), default=0)
