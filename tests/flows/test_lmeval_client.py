@@ -1,6 +1,7 @@
 """lm-evaluation-harness as a client of swiftbox's server (the real model, SmolLM2-135M-Instruct, float32 on both
 sides): its `local-completions` model (token-id prompts, batches of 4) gives every multiple-choice answer the same
-log-likelihood as its own `hf` model on the same weights, to 1e-3; `swiftbox eval --url` prints the table that
+log-likelihood as its own `hf` model on the same weights, to 1e-3; its `local-chat-completions` model generates
+what the `hf` model generates (gsm8k, greedy); `swiftbox eval --url` prints the table that
 `swiftbox eval MODEL` prints, reading the key from SWIFTBOX_API_KEY; a server that returns no prompt logprobs is
 refused (exit 2, one line) instead of scored 0.
 
@@ -72,6 +73,31 @@ def test_lm_eval_completions_client_matches_its_hf_model(real_server, real_model
     print(f"lm-eval local-completions vs hf: {sum(map(len, want.values()))} choices, worst |diff| {worst:.2e}")
     assert worst < 1e-3, worst
     assert served["results"] == local["results"]
+
+
+@pytest.mark.slow     # the harness twice on 2 gsm8k rows, 32 greedy tokens each: ~70 s on a loaded 2-core box
+def test_lm_eval_chat_client_generates_what_its_hf_model_generates(real_server, real_model_dir, monkeypatch):
+    """`local-chat-completions` on a generation task (gsm8k, zero-shot, the chat template on both sides): the
+    server's greedy answers are lm-eval's `hf` model's, word for word."""
+    import torch
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.models.openai_completions import LocalChatCompletion
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swiftbox.benchmarks import catalog, data, harness
+
+    server, name = real_server
+    datas = [td for bench in catalog.resolve(["gsm8k"]) for td in data.locate(bench, None)]
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    chat = LocalChatCompletion(model=name, base_url=server.url + "/v1/chat/completions", tokenizer_backend=None,
+                               num_concurrent=1, max_retries=1)
+    common = dict(limit=2, shots=0, chat_template=True, max_gen_tokens=32)
+    served = harness.evaluate(chat, datas, **common)
+    model = AutoModelForCausalLM.from_pretrained(real_model_dir, dtype=torch.float32).eval()
+    local = harness.evaluate(HFLM(pretrained=model, tokenizer=AutoTokenizer.from_pretrained(real_model_dir),
+                                  batch_size=1), datas, **common)
+    answers = [[rec["resps"] for rec in run["samples"]["gsm8k"]] for run in (served, local)]
+    assert answers[0] == answers[1] and all(str(a).strip("[]' ") for a in answers[0])
 
 
 @pytest.mark.slow     # two eval runs through the CLI with the real model: ~90 s on a loaded 2-core box

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 DEFAULT_PREFILL_CHUNK = 256
+SCORED_SLICE = 512      # at most this many prompt positions' full scores at once (prompt logprobs): [512, vocab]
 
 
 @dataclass
@@ -55,7 +56,7 @@ def prefill_slice(engine, job: PrefillJob, budget: int) -> int:
     import torch
     from transformers import DynamicCache
 
-    k = min(budget, job.remaining)
+    k = min(budget, job.remaining, SCORED_SLICE if job.prompt_logprobs is not None else budget)
     if k <= 0:
         return 0
     dev = engine.device
