@@ -116,3 +116,42 @@ def test_render_lists_every_row():
         assert f"`POST {fields.PATHS[api]}`" in text
         for name in {**fields.SDK[api], **fields.EXTRAS[api]}:
             assert f"`{name}`" in text
+
+
+def test_the_vllm_front_door_screens_before_relaying(tmp_path):
+    """On the vLLM engine the table's refusals are the front door's: a refused field never reaches the child (its
+    relay counter stays put), a hint is relayed, and the Responses store routes say vLLM keeps its own."""
+    import sys
+
+    import openai
+
+    from swiftbox.device.cpu import CpuPlatform
+    from swiftbox.serving.app import build_app
+    from swiftbox.serving.server import ServerThread, bind
+    from swiftbox.serving.vllm.child import VllmBackend, VllmProcess
+    from swiftbox.serving.vllm.plan import plan
+    from swiftbox.steps import ServeStep
+
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()
+    p = plan(ServeStep(engine="vllm"), CpuPlatform(), model_path="/m", base_name="base", loras={},
+             dtype="float32", port=port, executable=[sys.executable, str(ROOT / "tests" / "fakes" / "fake_vllm.py")])
+    proc = VllmProcess(p, tmp_path / "vllm.log")
+    proc.start(timeout=120)
+    backend = VllmBackend(proc)
+    server = ServerThread(build_app(backend, api_key="k")).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0, timeout=60)
+        ask = [{"role": "user", "content": "hi"}]
+        before = backend.forwarded
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="base", messages=ask, modalities=["text", "audio"])
+        assert refused.value.body["param"] == "modalities" and backend.forwarded == before
+        answer = client.chat.completions.create(model="base", messages=ask, user="u1", modalities=["text"])
+        assert answer.choices[0].message.content == "fake answer from base" and backend.forwarded == before + 1
+        with pytest.raises(openai.NotFoundError, match="vLLM"):
+            client.responses.retrieve("resp_1")
+    finally:
+        server.stop()
+        proc.stop()
