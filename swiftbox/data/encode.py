@@ -31,6 +31,12 @@ class Counts:
     dropped: int = 0
 
 
+def switches(row: dict) -> dict:
+    """The row's chat-template switches (`chat_template_kwargs`, checked by data.formats): training renders the
+    conversation, and the DPO / GRPO prompt, with them."""
+    return dict(row.get("chat_template_kwargs") or {})
+
+
 def token_spans(tokenizer, text: str, spans: list[Span]) -> tuple[list[int], list[int]]:
     """Token ids of `text` and, per token, the index of the span it starts in (-1 outside every span).
     Fast tokenizers: one pass with offsets, kept when every span boundary falls between tokens. Slow ones
@@ -125,7 +131,7 @@ def tokenize_sft(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dic
     out, counts = [], Counts()
     for row in each(rows, "tokenizing SFT rows"):
         counts.rows += 1
-        enc = encode(tokenizer, row["messages"], row.get("tools"))
+        enc = encode(tokenizer, row["messages"], row.get("tools"), **switches(row))
         fitted, cut = fit(enc, max_length)
         counts.truncated += int(cut and fitted is not None)
         if fitted is None or all(lbl == IGNORE for lbl in fitted.labels[1:]):
@@ -174,9 +180,9 @@ def prompt_and_replies(tokenizer, row: dict, sides: tuple[str, ...], max_length:
     cut from the left so that it and the longest reply fit `max_length`; None (counted as dropped) when a reply
     is empty or alone too long."""
     counts.rows += 1
-    tools = row.get("tools")
-    prompt = render(tokenizer, row["prompt"], tools, generation_prompt=True)
-    replies = [completion_text(tokenizer, row["prompt"], row[k], tools) for k in sides]
+    tools, kw = row.get("tools"), switches(row)
+    prompt = render(tokenizer, row["prompt"], tools, generation_prompt=True, **kw)
+    replies = [completion_text(tokenizer, row["prompt"], row[k], tools, **kw) for k in sides]
     if not all(any(p.strip() for m in row[k] for p in payload_texts(m)) for k in sides):
         counts.dropped += 1
         return None
@@ -223,7 +229,7 @@ def grpo_prompts(rows: list[dict], tokenizer, max_length: int) -> tuple[list[dic
     out, counts = [], Counts()
     for row in each(rows, "rendering GRPO prompts"):
         counts.rows += 1
-        prompt = render(tokenizer, row["prompt"], row.get("tools"), generation_prompt=True)
+        prompt = render(tokenizer, row["prompt"], row.get("tools"), generation_prompt=True, **switches(row))
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if len(ids) > max_length:
             head = _prompt_head(tokenizer, row["prompt"], prompt, ids)

@@ -7,6 +7,8 @@ SFT rows -> {"messages": [...], "tools": [...]?}. Accepted:
   list or a JSON string). A row may end with tool results after the last reply (that reply trains).
 - content as a string or as typed parts: OpenAI text parts, Anthropic blocks (`text`, `thinking`, `tool_use` ->
   a tool call, `tool_result` -> a tool turn), Mistral chunks (`text`, `thinking` -> reasoning).
+- any row may set the chat template's switches for its conversation: `chat_template_kwargs` (`enable_thinking`,
+  `reasoning_effort`, ... - data/template_kwargs.py, the list the server takes too); training renders with them.
 - ShareGPT / LLaMA-Factory: `conversations` of {from, value}; `function_call` and `observation` turns,
   row `system` and `tools`; ms-swift's `conversation` of {human, assistant} pairs.
 - alpaca (`instruction`/`input`/`output`, `system`, `history`); `query`/`response` with ms-swift's column
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import json
 from typing import Optional
+
+from swiftbox.data import template_kwargs
 
 SFT_FORMATS = ("messages", "conversations/from/value (ShareGPT)", "conversation/human/assistant (ms-swift)",
                "instruction/input/output (alpaca)", "query/response (or an alias: question/answer, problem/solution)",
@@ -257,9 +261,14 @@ def _question(row: dict) -> str:
 
 
 def _with_tools(row: dict, out: dict) -> dict:
+    """`out` plus the row's tool schemas and its chat-template switches (`chat_template_kwargs`, checked against
+    data.template_kwargs: an unknown or ill-typed switch is bad input naming it)."""
     tools = tools_of(row)
     if tools:
         out["tools"] = tools
+    switches = template_kwargs.checked(row.get("chat_template_kwargs"))
+    if switches:
+        out["chat_template_kwargs"] = switches
     return out
 
 

@@ -263,29 +263,40 @@ def training_kwargs(tokenizer, kw: dict) -> dict:
 
 
 def rendered(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> str:
-    """The rendering training sees: the template's own, and where it closes a reply only when another turn follows
-    (Apertus), a conversation ending with a reply gets the closing that template writes after it when a user turn
-    follows - by rendering it so, never by guessing; refused (UserError) when that rendering is not a continuation."""
+    """The rendering training sees: the template's own, and where the template writes nothing after a last reply,
+    what it writes after that reply once the conversation goes on (Apertus and Hunyuan 3 close a reply only when
+    another turn follows: that closing is trained too), found by rendering so - never guessed. Refused (UserError)
+    where the conversation that goes on is not a continuation of this one: then how the template closes a reply
+    cannot be told."""
     text = render(tokenizer, messages, tools, **kw)
     if not messages or messages[-1]["role"] != "assistant":
         return text
     last, *rest = end_markers(tokenizer, **kw)
-    if last or not rest:
+    if last:
         return text
+    closing = rest[0] if rest else ""
+    if not closing and _memo("earlier", tokenizer, kw, lambda: _ping_pong(tokenizer, 2, **kw).count("PONG") == 2):
+        return text     # an earlier reply shows the template closes replies with nothing (GLM, Baichuan2)
     calls = messages[-1].get("tool_calls") or []
     if calls:     # what follows a tool call is its result: where that does not close the turn (Apertus prints the
         result = {"role": "tool", "content": "PROBERESULT7Q", "tool_call_id": str(calls[0].get("id") or "")}
-        follow = render(tokenizer, messages + [result], tools, **kw)     # result inside the model's turn), the
-        after = follow[len(text):]                                        # call's own markup ends the reply
-        if follow.startswith(text) and not after.lstrip().startswith(rest[0]):
+        try:      # result inside the model's turn), the call's own markup ends the reply
+            follow = render(tokenizer, messages + [result], tools, **kw)
+        except UserError:
+            follow = ""
+        if follow.startswith(text) and not (closing and follow[len(text):].lstrip().startswith(closing)):
             return text
     follow = render(tokenizer, messages + [FOLLOWER], tools, **kw)
     after = follow[len(text):]
     gap = len(after) - len(after.lstrip())
-    if not follow.startswith(text) or not after.startswith(rest[0], gap):
-        raise _refuse(tokenizer, len(messages) - 1, f"the template closes a reply ({rest[0]}) only when another turn "
-                                                    f"follows, and then renders the conversation differently")
-    return text + after[:gap + len(rest[0])]
+    if not follow.startswith(text):
+        raise _refuse(tokenizer, len(messages) - 1, "the template writes nothing after a last reply and renders the "
+                                                    "conversation differently once another turn follows, so how it "
+                                                    "closes a reply cannot be told")
+    if closing and not after.startswith(closing, gap):
+        raise _refuse(tokenizer, len(messages) - 1, f"the template closes a reply ({closing}) only when another turn "
+                                                    f"follows, and not after this one")
+    return text + after[:gap + len(closing)] if closing else text
 
 
 def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> tuple[str, list[Span]]:

@@ -13,49 +13,17 @@ the server runs: refused (400 `chat_template_not_allowed`) unless the server was
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+from swiftbox.data.template_kwargs import SWITCHES, Check, fault, text
 from swiftbox.serving.errors import ApiError
 
 MAX_TEMPLATE_CHARS = 256 * 1024
-NAME = re.compile(r"^[\w.-]{1,64}$")
 
 
-def _flag(value: Any) -> Optional[str]:
-    return None if isinstance(value, bool) else "expected true or false"
-
-
-def _text(limit: int) -> Callable[[Any], Optional[str]]:
-    def check(value: Any) -> Optional[str]:
-        ok = isinstance(value, str) and len(value) <= limit
-        return None if ok else f"expected a string of at most {limit} characters"
-    return check
-
-
-def _one_of(*choices: str) -> Callable[[Any], Optional[str]]:
-    def check(value: Any) -> Optional[str]:
-        return None if value in choices else f"expected one of {', '.join(choices)}"
-    return check
-
-
-def _names(value: Any) -> Optional[str]:
-    ok = isinstance(value, list) and len(value) <= 16 and all(isinstance(v, str) and NAME.match(v) for v in value)
-    return None if ok else "expected a list of at most 16 tool names"
-
-
-ALLOWED: dict[str, Callable[[Any], Optional[str]]] = {
-    "enable_thinking": _flag,         # Qwen3, Qwen3.5, SmolLM3, Gemma 4: think before answering
-    "thinking": _flag,                # DeepSeek-V3.1
-    "preserve_thinking": _flag,       # Gemma 4: keep earlier turns' reasoning
-    "add_vision_id": _flag,           # Qwen3.5
-    "tools_in_user_message": _flag,   # Llama 3.x: tool schemas in the first user turn
-    "reasoning_effort": _one_of("low", "medium", "high"),   # gpt-oss
-    "date_string": _text(64),         # Llama 3.x: "Today Date: ..."
-    "model_identity": _text(2000),    # gpt-oss: the system identity line
-    "builtin_tools": _names,          # Llama 3.1 (brave_search, wolfram_alpha...), gpt-oss (browser, python)
-    "chat_template": _text(MAX_TEMPLATE_CHARS),   # the client's own template: only on a trusting server
-}
+# the switches themselves live with the data (data/template_kwargs.py): training rows take the same ones
+ALLOWED: dict[str, Check] = {**SWITCHES, "chat_template": text(MAX_TEMPLATE_CHARS)}   # the client's own template:
+# only on a trusting server
 
 
 def _refuse(key: str, why: str) -> ApiError:
@@ -70,15 +38,9 @@ def check_kwargs(value: Any) -> Optional[dict[str, Any]]:
     if not isinstance(value, dict):
         raise ApiError(400, "chat_template_kwargs: expected an object of template switches",
                        param="chat_template_kwargs", code="invalid_chat_template_kwargs")
-    for key, item in value.items():
-        check = ALLOWED.get(key)
-        if check is None:
-            taken = ", ".join(k for k in ALLOWED if k != "chat_template")
-            raise _refuse(str(key)[:80], f"not a template switch this server takes (it takes {taken}; the messages, "
-                                         "tools and rendering options come from the request itself)")
-        why = check(item)
-        if why:
-            raise _refuse(key, why)
+    bad = fault(value, ALLOWED)
+    if bad is not None:
+        raise _refuse(*bad)
     return value
 
 

@@ -112,3 +112,88 @@ def test_templates_that_rewrite_history_are_refused(tok, template, why):
     with pytest.raises(UserError, match=why) as err:
         data.encode(tok, TURNS)
     assert "chat_template" in str(err.value) and "\n" not in str(err.value)
+
+
+# -- issue 42: the end-of-turn rule read off the template, reasoning fields, template switches ---------------------
+RUN_CLOSE = ("{% for m in messages %}<|open|>{{ m.role }}<|sep|>{{ m.content }}"
+             "{% if m.role == 'assistant' %}<|close|>response<|sep|>{% endif %}<|close|>message<|sep|><|end_of_msg|>"
+             "{% endfor %}{% if add_generation_prompt %}<|open|>assistant<|sep|>{% endif %}")
+CLOSE_IF_FOLLOWED = ("{% for m in messages %}<|{{ m.role }}_start|>{{ m.content }}"
+                     "{% if m.role != 'assistant' or not loop.last %}<|{{ m.role }}_end|>{% endif %}{% endfor %}"
+                     "{% if add_generation_prompt %}<|assistant_start|>{% endif %}")
+TRAINING_FLAG = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                 "{% if m.role != 'assistant' or not loop.last or is_training %}<eos:{{ m.role }}>{% endif %}"
+                 "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+FOLLOWED_REWRITES = ("{% for m in messages %}<|{{ m.role }}_start|>"
+                     "{{ m.content if loop.last or m.role != 'assistant' else 'SUMMARY' }}"
+                     "{% if m.role != 'assistant' or not loop.last %}<|{{ m.role }}_end|>{% endif %}{% endfor %}"
+                     "{% if add_generation_prompt %}<|assistant_start|>{% endif %}")
+
+
+def test_a_closing_run_of_several_markers_is_labelled_whole_and_never_the_next_header(tok):
+    tok.chat_template = RUN_CLOSE
+    close = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+    assert replies(tok, TURNS) == ["Hello." + close, "Bye." + close]
+
+
+def test_a_closing_written_only_when_another_turn_follows_is_trained_on_the_last_reply(tok):
+    tok.chat_template = CLOSE_IF_FOLLOWED
+    assert replies(tok, TURNS) == ["Hello.<|assistant_end|>", "Bye.<|assistant_end|>"]
+    assert data.encode(tok, TURNS).input_ids == tok(data.render(tok, TURNS) + "<|assistant_end|>",
+                                                    add_special_tokens=False)["input_ids"]
+    row = {"prompt": TURNS[:3], "chosen": [TURNS[3]], "rejected": [{"role": "assistant", "content": "No."}]}
+    (pair,), _ = data.dpo_strings([row], tok, 4096)
+    assert (pair["chosen"], pair["rejected"]) == ("Bye.<|assistant_end|>", "No.<|assistant_end|>")
+
+
+def test_the_training_flag_the_template_reads_is_set_for_training_only(tok):
+    tok.chat_template = TRAINING_FLAG
+    assert replies(tok, TURNS) == ["Hello.<eos:assistant>", "Bye.<eos:assistant>"]
+    assert not data.render(tok, TURNS).endswith("<eos:assistant>")      # serving renders without it
+    assert tok.decode(data.encode(tok, TURNS).input_ids) == data.render(tok, TURNS, is_training=True)
+
+
+def test_a_template_that_renders_history_differently_once_a_turn_follows_is_refused(tok):
+    tok.chat_template = FOLLOWED_REWRITES
+    with pytest.raises(UserError, match="once another turn follows") as err:
+        data.encode(tok, TURNS[:2])
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["reasoning", "thinking"])
+def test_reasoning_reaches_templates_that_read_it_under_another_name(tok, field):
+    tok.chat_template = ("{% for m in messages %}<{{ m.role }}>{% if m." + field + " %}<think>{{ m." + field +
+                         " }}</think>{% endif %}{{ m.content }}</s>{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    turns = [TURNS[0], dict(TURNS[1], reasoning_content="Think first.")]
+    assert replies(tok, turns) == ["<think>Think first.</think>Hello.</s>"]
+
+
+NEMOTRON = "nvidia-NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+
+
+def test_template_switches_of_a_row_reach_training_and_align_the_generation_prompt(tok):
+    """Nemotron 3 opens <think> in its generation prompt while training renders <think></think>: the row's own
+    `enable_thinking: false` renders both the same way, so the reply trains after the prompt the model gets."""
+    from swiftbox.data.formats import sft_row
+
+    use(tok, NEMOTRON)
+    row = sft_row({"messages": TURNS, "chat_template_kwargs": {"enable_thinking": False}})
+    (enc,), _ = data.tokenize_sft([row], tok, 4096)
+    first = enc["labels"].index(next(t for t in enc["labels"] if t != -100))
+    prompt = data.render(tok, TURNS[:3], generation_prompt=True, enable_thinking=False)
+    assert tok.decode(enc["input_ids"][:first]).endswith(prompt[-40:]) and prompt.endswith("<think></think>")
+    assert tok.decode([t for t in enc["labels"] if t != -100]) == "Hello.<|im_end|>Bye.<|im_end|>"
+
+
+@pytest.mark.parametrize("switches,key", [
+    ({"messages": []}, "messages"), ({"enable_thinking": "no"}, "enable_thinking"),
+    ({"reasoning_effort": "huge"}, "reasoning_effort"), ([1], "")])
+def test_a_row_with_a_switch_no_template_takes_is_one_line_naming_it(tmp_path, switches, key):
+    import json
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"messages": TURNS, "chat_template_kwargs": switches}) + "\n")
+    with pytest.raises(UserError, match=rf"chat_template_kwargs{'.' + key if key else ''}: ") as err:
+        data.load_sft(str(path))
+    assert "\n" not in str(err.value)
