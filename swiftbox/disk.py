@@ -4,11 +4,16 @@ The libraries report it each their own way: Python's `OSError(ENOSPC)`, safetens
 device (os error 28)", torch.save's "[enforce fail at inline_container.cc] unexpected pos ..." (no errno at all,
 so a filesystem with next to nothing free left after the failure counts too). `no_space` recognises them;
 `full_disk_error` builds the one line, naming the filesystem (device and mount point) and what was being written.
+The filesystem named is the one that is full: the file the error names, else the one of the places a step writes
+(the output, the temp dir, the swiftbox / Hugging Face caches) that has next to nothing free - the output's own
+filesystem may have plenty while a library's temp file filled /tmp.
 """
 from __future__ import annotations
 
 import errno
 import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -68,7 +73,7 @@ def filesystem(path: str | os.PathLike) -> tuple[str, str]:
                 fields = line.split()
                 if len(fields) < 2:
                     continue
-                device, mount = fields[0], fields[1].replace("\\040", " ")
+                device, mount = _unescape(fields[0]), _unescape(fields[1])
                 inside = real == mount or real.startswith(mount.rstrip("/") + "/")
                 if inside and len(mount) >= len(best[1]):
                     best = (device, mount)
@@ -80,6 +85,34 @@ def filesystem(path: str | os.PathLike) -> tuple[str, str]:
     while not os.path.ismount(top) and top != top.parent:
         top = top.parent
     return (str(top), str(top))
+
+
+def _unescape(field: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash in a path as octal escapes (\\040 ...)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _scratch_places() -> list[str]:
+    """Where libraries write besides the output: the temp dir and the model / dataset caches."""
+    places = [tempfile.gettempdir()]
+    for var in ("SWIFTBOX_CACHE", "HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "MODELSCOPE_CACHE", "XDG_CACHE_HOME"):
+        if os.environ.get(var):
+            places.append(os.environ[var])
+    places.append(os.path.expanduser("~/.cache"))
+    return places
+
+
+def full_place(exc: BaseException, writing: str | os.PathLike) -> str:
+    """The path whose filesystem is full: the file the error names; else `writing` when its filesystem has next to
+    nothing free; else the first of the scratch places that has; else `writing` (a quota: nothing looks full)."""
+    named = written_file(exc)
+    if named is not None:
+        return named
+    for place in (str(writing), *_scratch_places()):
+        free = free_bytes(place)
+        if free is not None and free < NEARLY_FULL:
+            return place
+    return str(writing)
 
 
 def shown(path: str | os.PathLike) -> str:
@@ -101,7 +134,7 @@ def written_file(exc: BaseException) -> Optional[str]:
 
 def full_disk_error(exc: BaseException, writing: str | os.PathLike, note: str = "") -> SwiftboxError:
     """The one line for a full disk while writing `writing` (the file named by the error, when it names one)."""
-    target = written_file(exc) or str(writing)
+    target = full_place(exc, writing)
     device, mount = filesystem(target)
     where = device if device == mount else f"{device} ({mount})"
     return SwiftboxError(f"no space left on {where} while writing {shown(target)}" + (f"; {note}" if note else ""))
