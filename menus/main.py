@@ -26,6 +26,7 @@ ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no
     ("merge", "Merge adapter"),
     ("quantize", "Quantize"),
     ("serve", "Serve (OpenAI API)"),
+    ("import", "Import a config from LLaMA-Factory / ms-swift / Axolotl"),
     ("diagnose", "Diagnose (profile, compare runs, precision)"),
     ("recipe", "Run a recipe"),
     ("doctor", "Device & environment (doctor)"),
@@ -97,10 +98,11 @@ def dispatch(session: MenuSession, action: str) -> None:
         if outcome is not None and outcome is not BACK and outcome.last_output:
             follow_up(session, *outcome.last_output)
         return None
-    if action == "recipe":
+    if action in ("recipe", "import"):
+        from menus.peer_import import import_peer_config
         from menus.recipe_files import run_recipe_file
 
-        outcome = run_recipe_file(session)
+        outcome = run_recipe_file(session) if action == "recipe" else import_peer_config(session)
         if outcome is not BACK and outcome.last_output:
             follow_up(session, *outcome.last_output)
         return None
