@@ -42,6 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from swiftbox import procs  # noqa: E402  (every server / loop this bench starts dies with it: swiftbox/procs.py)
+from swiftbox.args import OneLineParser  # noqa: E402  (a bad flag: one line, exit 2)
+
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                   num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
                   tie_word_embeddings=True, rms_norm_eps=1e-6)
@@ -194,8 +197,8 @@ class Child:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self.log, "wb") as out:   # cwd: a scratch dir, so the serve step's run folder lands there
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         cwd=tempfile.mkdtemp(prefix=f"bench-{name}-"))
+            self.proc = procs.start(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=tempfile.mkdtemp(prefix=f"bench-{name}-"))
 
     def wait_healthy(self, timeout: float = 300) -> str | None:
         import httpx
@@ -214,12 +217,7 @@ class Child:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
+        procs.stop(self.proc)
 
 
 def swiftbox_server(model_dir: Path, batch: int, platform, dtype: str, prefill_chunk: int | None) -> Child:
@@ -260,9 +258,9 @@ class GenerateLoop:
     def __init__(self, model_dir: Path, dtype: str):
         self.log = Path(tempfile.gettempdir()) / f"bench-generate-{os.getpid()}.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_generate_loop.py"), str(model_dir), dtype],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "wb"),
-                                     text=True, env=env, start_new_session=True)
+        with open(self.log, "wb") as err:
+            self.proc = procs.start([sys.executable, str(ROOT / "bench" / "_generate_loop.py"), str(model_dir), dtype],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
 
     def wait_ready(self) -> str | None:
         line = self.proc.stdout.readline() if self.proc.stdout else ""
@@ -278,9 +276,7 @@ class GenerateLoop:
         return json.loads(line)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            self.proc.wait(timeout=30)
+        procs.stop(self.proc)
 
 
 def summary(runs: list) -> dict | None:
@@ -311,20 +307,37 @@ def _tail(path: Path) -> str:
         return "(no log)"
 
 
+def positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="bench serve")
-    ap.add_argument("--requests", type=int, default=8)
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each runs every phase once)")
-    ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"], help="scale the depth down for a "
+    procs.exit_on_signals()     # SIGTERM (timeout, CI limit) unwinds like Ctrl-C: every child is stopped
+    ap = OneLineParser(prog="bench serve")
+    ap.add_argument("--requests", type=positive(int), default=8)
+    ap.add_argument("--concurrency", type=positive(int), default=8)
+    ap.add_argument("--rounds", type=positive(int), default=3, help="interleaved rounds (each runs every phase once)")
+    ap.add_argument("--layers", type=positive(int), default=QWEN25_05B["num_hidden_layers"],
+                    help="scale the depth down for a "
                                                                                         "quick try")
-    ap.add_argument("--prefill-chunk", type=int, default=None, help="the built-in engine's --prefill-chunk")
+    ap.add_argument("--prefill-chunk", type=positive(int), default=None, help="the built-in engine's --prefill-chunk")
     ap.add_argument("--no-transformers-serve", action="store_true")
     ap.add_argument("--no-generate", action="store_true")
     ap.add_argument("--no-bf16", action="store_true", help="skip the built-in engine's bfloat16 phases")
     ap.add_argument("--phases", default=None, help="comma list: run only these phases (e.g. sequential,generate)")
-    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every side (default: torch's own)")
-    ap.add_argument("--ts-timeout", type=float, default=1800, help="seconds allowed for one transformers serve phase")
+    ap.add_argument("--threads", type=positive(int), default=None,
+                    help="OMP_NUM_THREADS for every side (default: torch's own)")
+    ap.add_argument("--ts-timeout", type=positive(float), default=1800,
+                    help="seconds allowed for one transformers serve phase")
     ap.add_argument("--device", default="cpu", help="cpu (default) | auto | cuda | npu")
     ap.add_argument("--dtype", default="float32", help="float32 (default) | auto (the platform's) | bfloat16 | float16")
     args = ap.parse_args()

@@ -23,6 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve import Child, free_port, pct  # noqa: E402  (bench/serve.py: the same server child and helpers)
 
+from swiftbox import procs  # noqa: E402
+
 PROMPTS = ["Write a short poem about the sea.", "Explain what a CPU cache is.", "List three uses of Python.",
            "What is the capital of France? Answer in one sentence.", "Describe a cat to a child.",
            "Give two tips for learning to cook.", "Why is the sky blue?", "Summarise the plot of Hamlet."]
@@ -82,6 +84,7 @@ def start(engine: str, model: str, dtype: str, batch: int) -> tuple[Child, float
 
 
 def main() -> int:
+    procs.exit_on_signals()     # SIGTERM unwinds like Ctrl-C: both servers are stopped (swiftbox/procs.py)
     ap = argparse.ArgumentParser(prog="bench serve-vllm")
     ap.add_argument("model", nargs="?", default="toy")
     ap.add_argument("--requests", type=int, default=8)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -44,8 +43,11 @@ class VllmProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.plan.env}
-        self.proc = subprocess.Popen(self.plan.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        from swiftbox import procs
+
+        # its own session, and it dies with this process however that ends (swiftbox/procs.py)
+        self.proc = procs.start(self.plan.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.plan.port}/health"
@@ -66,16 +68,10 @@ class VllmProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc is None or not self.alive():
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+        from swiftbox import procs
+
+        if self.proc is not None:
+            procs.stop(self.proc)       # process group: SIGTERM, SIGKILL after 30 s
 
     def _tail(self) -> str:
         try:
