@@ -105,6 +105,8 @@ def route_of(path: str) -> str:
         return path
     if path.startswith("/v1/models/"):
         return "/v1/models/{model}"
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}/input_items" if path.endswith("/input_items") else "/v1/responses/{id}"
     return "other"
 
 

@@ -182,6 +182,10 @@ def test_responses_input_items_pages_and_streamed_responses_are_kept(live, oclie
     page = oclient.responses.input_items.list(final.id, limit=2)       # newest first, two per page
     assert [i.content[0].text for i in page.data] == ["turn 4", "answer 3"] and page.has_more
     assert [i.content[0].text for i in page] == [t["content"] for t in reversed(turns)]   # the SDK follows `after`
+    metrics = httpx.get(live[0].url + "/metrics", headers={"x-api-key": KEY}, timeout=30).text
+    for route in ("/v1/responses/{id}", "/v1/responses/{id}/input_items"):      # one label per route, not per id
+        assert f'route="{route}"' in metrics
+    assert final.id not in metrics
     unstored = oclient.responses.create(model=live[1], input="hi", max_output_tokens=2, store=False)
     with pytest.raises(openai.NotFoundError):
         oclient.responses.retrieve(unstored.id)
