@@ -136,6 +136,10 @@ CHAT_EXTRAS: dict[str, Row] = {
     "chat_template_kwargs": both(HONOURED, "vLLM's extra: template variables (an allow-list, e.g. enable_thinking)"),
     "chat_template": both(HONOURED, "vLLM's extra: the client's own template (needs "
                                     "--trust-request-chat-template)"),
+    "continue_final_message": both(HONOURED, "vLLM's extra: the prompt ends inside the last assistant message, "
+                                             "which the answer continues (needs add_generation_prompt: false)",
+                                   False),
+    "add_generation_prompt": both(HONOURED, "vLLM's extra: false leaves the assistant's header out", True),
 }
 
 COMPLETIONS: dict[str, Row] = {

@@ -108,6 +108,10 @@ def test_anthropic_prefill_continues_the_last_assistant_turn(live, aclient, ocli
     # the same ids sent as a raw prompt: the same continuation
     raw = oclient.completions.create(model=live[1], prompt=ids, max_tokens=6, temperature=0)
     assert msg.content[0].text == raw.choices[0].text
+    # vLLM's chat extras do the same on the chat route
+    chat = oclient.chat.completions.create(model=live[1], messages=prefill, max_tokens=6, temperature=0,
+                                           extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert chat.choices[0].message.content == msg.content[0].text and chat.usage.prompt_tokens == len(ids)
     closed = aclient.messages.create(model=live[1], max_tokens=6, messages=ASK, extra_body=GREEDY)
     assert closed.usage.input_tokens != msg.usage.input_tokens
 
