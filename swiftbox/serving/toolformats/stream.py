@@ -89,9 +89,12 @@ class StreamParser:
         events = self._run(final=True)
         if self.state != "calls":
             return events
-        region = self._trimmed("".join(self.region))
+        region = "".join(self.region)
         self.region = []
         found = self.fmt.split(region, self.tools) if self.fmt else None
+        trimmed = self._trimmed(region) if found is None else region
+        if trimmed != region and self.fmt is not None:
+            region, found = trimmed, self.fmt.split(trimmed, self.tools)
         if found is None and self.fmt is not HERMES and HERMES.openers[0] in region:
             found = HERMES.split(region, self.tools)     # swiftbox's default tool format (data/dialect.py)
         if found is None:
@@ -100,7 +103,8 @@ class StreamParser:
         return events + self.out.put("text", rest) + [("call", c) for c in calls]
 
     def _trimmed(self, region: str) -> str:
-        """The held region without the special tokens that end it (an end of turn the engine let through)."""
+        """The held region without the special tokens that end it (an end of turn the engine let through; tried
+        when the region as it is holds no call: some formats end in special tokens of their own)."""
         while True:
             body = region.rstrip()
             token = next((h for h in self.hidden if body.endswith(h)), None)
