@@ -18,8 +18,16 @@ The file is converted ONCE into a plain safetensors model directory in the swift
 
 The conversion is written into a temporary directory beside the target and renamed into place, so a killed
 conversion leaves nothing under the final name. The file's sha256 is remembered by (path, size, mtime), so a
-second resolve neither re-hashes nor re-converts. A tensor type transformers cannot dequantize, or an
-architecture it cannot load, is bad input (exit 2) naming it, found before any conversion starts.
+second resolve neither re-hashes nor re-converts; a cached conversion is checked on every use against its record
+(every file it wrote, with its size) and a damaged one is converted again, with one line saying so.
+
+Before the file is hashed or handed to gguf / transformers, its header is read by a bounded reader
+(gguf_header.py: magic first, every count and length capped and checked against the file's size) and checked
+against itself (counts, layers, tokenizer). A tensor type transformers cannot dequantize, or an architecture it
+cannot load, is bad input (exit 2) naming it, found before any conversion starts. The conversion proves what it
+built: the tensors the model of that config needs (its state dict's keys, mapped to GGUF names with gguf's own
+table, built on the meta device - nothing allocated) are exactly the file's tensors, shape for shape, so no weight
+is left at its random initial value and none in the file is dropped.
 """
 from __future__ import annotations
 
@@ -90,30 +98,20 @@ def gguf_file(path: Path, *, required: bool = False) -> Optional[Path]:
 
 # -- reading the file ---------------------------------------------------------------------------------------
 def read_header(file: Path) -> dict[str, Any]:
-    """Architecture, name and per-type tensor counts of a GGUF file (gguf's GGUFReader; reads no weights)."""
+    """Architecture, name and per-type tensor counts of a GGUF file, read by the bounded reader (gguf_header.py)
+    and checked against itself; exit 2 naming the problem. Reads no weights."""
     try:
-        from gguf import GGUFReader
+        import gguf  # noqa: F401
     except ImportError:
         raise UserError("reading a .gguf file needs the python package 'gguf' (pip install gguf)") from None
-    try:
-        reader = GGUFReader(str(file))
-    except Exception as exc:   # a truncated or foreign file: ValueError, struct.error, IndexError, ...
-        raise UserError(f"{file}: not a readable GGUF file ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
-                        ) from None
+    from swiftbox.hub import gguf_header
 
-    def field(key: str) -> Any:
-        entry = reader.fields.get(key)
-        if entry is None:
-            return None
-        try:
-            return entry.contents()
-        except Exception:
-            return None
-
-    types = Counter(t.tensor_type.name for t in reader.tensors)
-    return {"architecture": field("general.architecture"), "name": field("general.name"),
-            "tensors": len(reader.tensors), "tensor_types": dict(sorted(types.items())),
-            "by_tensor": {t.name: t.tensor_type.name for t in reader.tensors}}
+    header = gguf_header.read(file)
+    types = Counter(t.type_name for t in header.tensors)
+    name = header.meta.get("general.name")
+    return {"architecture": header.architecture, "name": name if isinstance(name, str) else None,
+            "tensors": len(header.tensors), "tensor_types": dict(sorted(types.items())),
+            "by_tensor": {t.name: t.type_name for t in header.tensors}, "header": header}
 
 
 def check_loadable(file: Path, header: dict[str, Any]) -> None:
@@ -163,17 +161,62 @@ def is_complete(target: Path) -> bool:
     return manifest.is_file() and (target / "config.json").is_file() and any(target.glob("*.safetensors"))
 
 
+def damage(target: Path, digest: str) -> Optional[str]:
+    """Why the cached conversion `target` cannot be used (None: it is whole): its record must parse, name this
+    file's sha256, and list every file it wrote with the size it still has."""
+    try:
+        record = json.loads((target / "swiftbox.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return "its swiftbox.json is missing or unreadable"
+    if not isinstance(record, dict) or record.get("kind") != KIND or \
+            (record.get("gguf") or {}).get("sha256") != digest:
+        return "its swiftbox.json is not this file's import record"
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return "its record lists no files (made by an older swiftbox)"
+    for name, size in files.items():
+        path = target / str(name)
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, the conversion wrote {size}"
+    return None
+
+
+def _discard(target: Path) -> None:
+    """Move a damaged conversion out of the way (atomically), then delete it."""
+    aside = target.with_name(f".damaged-{target.name}-{os.getpid()}")
+    try:
+        os.replace(target, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def import_gguf(file: Path, *, source: Optional[dict[str, Any]] = None, note: str = "") -> Path:
     """The cached safetensors directory converted from GGUF `file` (converted now if it is not there yet)."""
     file = Path(file).expanduser()
     if not file.is_file():
         raise UserError(f"{file}: no such .gguf file")
+    from swiftbox.hub import gguf_header
+
+    _check_magic(file)                     # 4 bytes, before a 4 GB file is hashed
+    known = _known_digest(file)
+    if known is not None and is_complete(imported_dir(known)) and damage(imported_dir(known), known) is None:
+        return imported_dir(known)         # converted and intact: no header parse, no hash
+    header = read_header(file)             # bounded, before anything else reads the file
+    check_loadable(file, header)
+    gguf_header.check_model(header["header"])
+    check_tensors(file, header["header"], _config_of(file))     # the model it builds is the file's, or exit 2
     digest = sha256_of(file)
     target = imported_dir(digest)
-    if is_complete(target):
-        return target
-    header = read_header(file)
-    check_loadable(file, header)
+    if target.exists():
+        why = damage(target, digest)
+        if why is None:
+            return target
+        print(f"swiftbox: the cached conversion of {file.name} at {target} is damaged ({why}); converting it again",
+              file=sys.stderr, flush=True)
+        _discard(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     _drop_abandoned(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".partial-{target.name}-{os.getpid()}-", dir=target.parent))
@@ -192,7 +235,8 @@ def import_gguf(file: Path, *, source: Optional[dict[str, Any]] = None, note: st
                   "note": note or ("weights dequantized from the GGUF's tensor types to float32: the quantized "
                                    "file's values, not the original full-precision release"),
                   "seconds": round(time.time() - started, 2), "versions": _versions(),
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
         if source:
             record["source"] = source
         from swiftbox.artifacts import write_json_atomic
@@ -206,6 +250,90 @@ def import_gguf(file: Path, *, source: Optional[dict[str, Any]] = None, note: st
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _check_magic(file: Path) -> None:
+    from swiftbox.hub.gguf_header import MAGIC
+
+    try:
+        with open(file, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise UserError(f"{file}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if magic != MAGIC:
+        raise UserError(f"{file}: not a GGUF file (it starts with {magic!r}, a GGUF file with {MAGIC!r})")
+
+
+def _known_digest(file: Path) -> Optional[str]:
+    """The sha256 remembered for this (path, size, mtime), without hashing (None: not known)."""
+    real = Path(os.path.realpath(file))
+    st = real.stat()
+    stamp = cache_dir() / "hashes" / f"{hashlib.sha256(str(real).encode()).hexdigest()[:24]}.json"
+    try:
+        known = json.loads(stamp.read_text())
+        if (known.get("path"), known.get("size"), known.get("mtime_ns")) == (str(real), st.st_size, st.st_mtime_ns):
+            return str(known["sha256"])
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    return None
+
+
+def expected_tensors(config: Any, architecture: str) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name -> torch shape of every weight the model of `config` needs: its state dict's keys (built
+    on the meta device: nothing allocated), mapped with gguf's own name table; exit 2 for a key it cannot map."""
+    import torch
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+    from transformers import AutoModelForCausalLM
+
+    arch = {name: kind for kind, name in MODEL_ARCH_NAMES.items()}.get(architecture)
+    if arch is None:
+        raise UserError(f"GGUF architecture {architecture!r} has no tensor name table in gguf")
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    names = get_tensor_name_map(arch, int(config.num_hidden_layers))
+    out: dict[str, tuple[int, ...]] = {}
+    for key, value in skeleton.state_dict().items():
+        if key == "lm_head.weight" and getattr(config, "tie_word_embeddings", False):
+            continue                           # tied: the token embedding is the output layer
+        mapped = names.get_name(key, try_suffixes=(".weight", ".bias"))
+        if mapped is None:
+            raise UserError(f"{architecture}: swiftbox cannot tell which GGUF tensor holds the model's {key}, so it "
+                            "cannot prove the import complete; convert the original model instead")
+        out[mapped] = tuple(value.shape)
+    return out
+
+
+def check_tensors(file: Path, header: Any, config: Any) -> None:
+    """The file's tensors are exactly the ones the model of `config` needs, shape for shape (exit 2 otherwise)."""
+    wanted = expected_tensors(config, header.architecture)
+    held = {t.name: t.shape for t in header.tensors}
+    missing = sorted(set(wanted) - set(held))
+    if missing:
+        raise UserError(f"{file}: the GGUF lacks {len(missing)} tensor(s) a {header.architecture} model of this "
+                        f"config needs ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); they would "
+                        "keep random values")
+    unused = sorted(set(held) - set(wanted))
+    if unused:
+        raise UserError(f"{file}: the GGUF holds {len(unused)} tensor(s) a {header.architecture} model does not use "
+                        f"({', '.join(unused[:3])}{', ...' if len(unused) > 3 else ''}); they would be dropped - does "
+                        "general.architecture name the model these tensors are from?")
+    wrong = [(n, held[n], wanted[n]) for n in sorted(wanted) if tuple(held[n]) != wanted[n]]
+    if wrong:
+        name, got, want = wrong[0]
+        raise UserError(f"{file}: tensor {name} has shape {list(got)}, the config's model needs {list(want)} "
+                        f"({len(wrong)} tensor(s) differ)")
+
+
+def _config_of(file: Path) -> Any:
+    """transformers' config for the GGUF (metadata only; the header was bounded-read first)."""
+    from transformers import AutoConfig
+
+    try:
+        with _quiet_bars():
+            return AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)
+    except (ValueError, NotImplementedError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
+        raise UserError(f"{file}: transformers cannot read this GGUF's config ({type(exc).__name__}: "
+                        f"{(str(exc).splitlines() or [''])[0][:200]})") from None
 
 
 def _convert(file: Path, out: Path) -> None:
@@ -224,8 +352,9 @@ def _convert(file: Path, out: Path) -> None:
             with _quiet_bars():
                 tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
                 loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        except (ValueError, NotImplementedError, KeyError) as exc:
-            raise UserError(f"{file}: transformers cannot load this GGUF ({str(exc).splitlines()[0][:200]})") from None
+        except (ValueError, NotImplementedError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
+            raise UserError(f"{file}: transformers cannot load this GGUF ({type(exc).__name__}: "
+                            f"{(str(exc).splitlines() or [''])[0][:200]})") from None
         config = copy.deepcopy(loaded.config)
         if hasattr(config, "quantization_config"):
             del config.quantization_config        # the directory holds plain float weights
