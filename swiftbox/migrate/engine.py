@@ -52,7 +52,7 @@ class Imported:
 
     def header_line(self) -> str:
         shown = ", ".join(self.ignored) if self.ignored else "none"
-        return f"read as a {self.peer} config; ignored (logging, speed or housekeeping only): {shown}"
+        return f"read as {self.peer}'s config; ignored (logging, speed or housekeeping only): {shown}"
 
 
 def translate(peer: Peer, config: dict, source: str, *, name: Optional[str] = None, base: Optional[Path] = None,

@@ -228,7 +228,7 @@ def test_run_prints_what_it_ignores(tmp_path, capsys):
         os.chdir(here)
     assert recipe["steps"][0]["sft"]["dataset"] == [str(tmp_path / "data" / "alpaca_en_demo.json")]
     err = capsys.readouterr().err
-    assert "read as a LLaMA-Factory config" in err and "plot_loss" in err and "logging_steps" in err
+    assert "read as LLaMA-Factory's config" in err and "plot_loss" in err and "logging_steps" in err
 
 
 def manifest(kind: str, **settings) -> dict:

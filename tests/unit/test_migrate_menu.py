@@ -29,7 +29,7 @@ def test_import_a_llamafactory_file_then_run_it(tmp_path, monkeypatch):
     step = recipe["steps"][0]["sft"]
     assert recipe["model"] == "toy" and recipe["name"] == "sft"
     assert (step["lora"]["alpha"], step["grad_accum"], step["output"]) == (16, 8, "saves/llama3-8b/lora/sft")
-    assert any("read as a LLaMA-Factory config" in line for line in session.echoed)
+    assert any("read as LLaMA-Factory's config" in line for line in session.echoed)
 
 
 def test_import_an_ms_swift_command_line(tmp_path, monkeypatch):
