@@ -185,8 +185,10 @@ RESPONSES: dict[str, Row] = {
     "metadata": row(HONOURED, HONOURED, "stored with the response and echoed in the Response object"),
     "moderation": both(REFUSED, "no moderation model runs here"),
     "parallel_tool_calls": both(HINT, "the model decides how many calls it writes; swiftbox does not cut them"),
-    "previous_response_id": row(HONOURED, HONOURED, "builtin: the stored conversation continues (404 when "
-                                f"unknown or evicted); {NATIVE}vLLM keeps its own store"),
+    "previous_response_id": row(HONOURED, REFUSED, "builtin: the stored conversation continues (404 when "
+                                f"unknown or evicted); {NATIVE}it keeps no responses unless started with "
+                                "VLLM_ENABLE_RESPONSES_API_STORE=1 (an unbounded store swiftbox does not turn on): "
+                                "send the conversation as input"),
     "prompt": both(REFUSED, "stored prompt templates are not served: send input / instructions"),
     "prompt_cache_key": both(HINT, CACHE),
     "prompt_cache_options": both(HINT, CACHE),
@@ -195,8 +197,8 @@ RESPONSES: dict[str, Row] = {
                      "false; summary: a hint (reasoning comes back as a summary item when the model thinks)"),
     "safety_identifier": both(HINT, ABUSE),
     "service_tier": both(HINT, TIER),
-    "store": row(HONOURED, HONOURED, "builtin: kept for previous_response_id, GET, DELETE and input_items "
-                 "(false: not kept)"),
+    "store": row(HONOURED, HINT, "builtin: kept for previous_response_id, GET, DELETE and input_items "
+                 f"(false: not kept); {NATIVE}without its store it keeps nothing, whatever store says"),
     "stream": both(HONOURED, "typed server-sent events with sequence numbers"),
     "stream_options": both(HINT, "include_obfuscation pads events against side channels; nothing to pad here"),
     "temperature": both(HONOURED, "0 is greedy"),
@@ -218,7 +220,7 @@ RESPONSES_EXTRAS: dict[str, Row] = {
 MESSAGES: dict[str, Row] = {
     "model": both(HONOURED, "the base model or a served adapter"),
     "messages": both(HONOURED, "text, tool_use, tool_result and thinking blocks; a last assistant turn is "
-                               "continued (prefill)"),
+                               "continued (prefill; vLLM's own /v1/messages does not continue it: a 400 there)"),
     "max_tokens": both(HONOURED, "caps the answer (stop_reason max_tokens)"),
     "cache_control": both(HINT, CACHE),
     "container": both(REFUSED, "code-execution containers are not served"),

@@ -123,6 +123,7 @@ def test_the_vllm_front_door_screens_before_relaying(tmp_path):
     relay counter stays put), a hint is relayed, and the Responses store routes say vLLM keeps its own."""
     import sys
 
+    import httpx
     import openai
 
     from swiftbox.device.cpu import CpuPlatform
@@ -152,6 +153,13 @@ def test_the_vllm_front_door_screens_before_relaying(tmp_path):
         assert answer.choices[0].message.content == "fake answer from base" and backend.forwarded == before + 1
         with pytest.raises(openai.NotFoundError, match="vLLM"):
             client.responses.retrieve("resp_1")
+        with pytest.raises(openai.BadRequestError) as refused:      # vLLM keeps no responses: said up front
+            client.responses.create(model="base", input="hi", previous_response_id="resp_1")
+        assert refused.value.body["param"] == "previous_response_id" and backend.forwarded == before + 1
+        prefill = httpx.post(server.url + "/v1/messages", headers={"x-api-key": "k"}, timeout=60, json={
+            "model": "base", "max_tokens": 4, "messages": [*ask, {"role": "assistant", "content": "Yes, it"}]})
+        assert prefill.status_code == 400 and "prefill" in prefill.json()["error"]["message"]
+        assert backend.forwarded == before + 1
     finally:
         server.stop()
         proc.stop()

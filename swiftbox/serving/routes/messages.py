@@ -4,11 +4,14 @@ shaped back by responses.MessagesBuilder. Errors on these paths are in Anthropic
 with its own /v1/messages (vLLM) is handed the request as sent (Backend.native)."""
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
 from swiftbox.serving import fields, translate
+from swiftbox.serving.errors import ApiError
 from swiftbox.serving.protocol import CountTokensRequest, MessagesRequest, raw_body
 from swiftbox.serving.responses import MessagesBuilder
 from swiftbox.serving.routes import backend_of, check_model, event_stream
@@ -16,11 +19,31 @@ from swiftbox.serving.routes import backend_of, check_model, event_stream
 router = APIRouter()
 
 
+def prefilled(messages: list[dict[str, Any]]) -> bool:
+    """Whether the conversation ends with an assistant turn that has text to continue (a prefill)."""
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    text = any(isinstance(b, dict) and b.get("type") == "text" and b.get("text") for b in blocks)
+    calls = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks)
+    return last.get("role") == "assistant" and text and not calls
+
+
+def check_prefill(backend: Any, body: MessagesRequest) -> None:
+    """vLLM's own /v1/messages renders a last assistant turn as a finished one (it does not continue it): refused
+    there rather than answered as something else; the built-in engine continues it (translate.to_chat)."""
+    if backend.name == "vllm" and prefilled(body.messages):
+        raise ApiError(400, "messages: a last assistant turn (prefill) is not continued by the vLLM engine's "
+                            "/v1/messages; use the built-in engine, or the chat route with continue_final_message",
+                       param="messages", code="unsupported_field")
+
+
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request) -> Response:
     backend = backend_of(request)
     check_model(backend, body.model)
     fields.screen("messages", await raw_body(request), backend.name)
+    check_prefill(backend, body)
     relayed = await backend.native("/v1/messages", request, body.stream)
     if relayed is not None:
         return relayed

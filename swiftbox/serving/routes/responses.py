@@ -78,8 +78,8 @@ def stored(request: Request, response_id: str) -> Stored:
         return store_of(request).entry(response_id)
     except ApiError as err:
         if backend_of(request).name == "vllm":
-            err.message += ("; on the vLLM engine /v1/responses is answered by vLLM itself and swiftbox keeps no "
-                            "copy (use previous_response_id, which vLLM serves)")
+            err.message += ("; on the vLLM engine /v1/responses is answered by vLLM itself, which keeps no "
+                            "responses here, and swiftbox keeps no copy")
         raise
 
 
