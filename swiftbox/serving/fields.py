@@ -93,7 +93,8 @@ CHAT: dict[str, Row] = {
     "modalities": both(REFUSED, "only text output is served", ["text"]),
     "moderation": both(REFUSED, "no moderation model runs here"),
     "n": both(HONOURED, "n answers per request (at most 8)"),
-    "parallel_tool_calls": both(HINT, "the model decides how many calls it writes; swiftbox does not cut them"),
+    "parallel_tool_calls": row(HINT, HONOURED, "builtin: the model decides how many calls it writes (false is not "
+                               "enforced); vLLM keeps only the first call when false"),
     "prediction": both(HINT, "predicted outputs only make OpenAI faster; the answer is the same without them"),
     "presence_penalty": both(HONOURED, "penalises tokens that appeared at all"),
     "prompt_cache_key": both(HINT, CACHE),
@@ -158,7 +159,8 @@ COMPLETIONS: dict[str, Row] = {
     "stop": both(HONOURED, "up to 4 stop strings"),
     "stream": both(HONOURED, "server-sent events, ending with data: [DONE]"),
     "stream_options": both(HONOURED, "include_usage: a last chunk with the usage"),
-    "suffix": both(REFUSED, "insertion (text after the answer) is not served", ""),
+    "suffix": row(REFUSED, HONOURED, "insertion (text after the answer): vLLM renders it for fill-in-the-middle "
+                  "models (others: vLLM's own 400); not served by the built-in engine", ""),
     "temperature": both(HONOURED, "0 is greedy"),
     "top_p": both(HONOURED, "nucleus sampling"),
     "user": both(HINT, ABUSE),
