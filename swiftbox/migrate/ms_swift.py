@@ -137,7 +137,7 @@ TABLE: list[Key] = [
     Key("adapters", how=READ, note="train: refused (continue an adapter: give it as model); export/infer/deploy: "
         "the adapter directories"),
     Key("merge_lora", how=READ, default=False, note="export: true -> the merge step"),
-    Key("max_shard_size", "max_shard_size", kinds=("merge", "quantize")),
+    Key("max_shard_size", "max_shard_size", "5GB", kinds=("merge", "quantize")),
     Key("infer_backend", how=READ, note="deploy: pt/transformers -> engine builtin, vllm -> vllm"),
     Key("port", "port", 8000, convert=as_int, kinds=("serve",)),
     Key("host", "host", "0.0.0.0", kinds=("serve",), note="ms-swift binds every interface by default; swiftbox "
@@ -268,15 +268,10 @@ def _max_length(config: dict, model: str, ctx: Context) -> int:
 
 def _quantize(config: dict) -> dict:
     method = str(config.get("quant_method"))
-    methods = {"gptq": "gptq", "awq": "awq", "bnb": None, "fp8": "fp8"}
-    if method not in methods:
+    if method not in ("gptq", "awq", "bnb", "fp8"):
         raise Refused(f"{NAME} quant_method {method!r}: swiftbox quantizes with gptq, awq, bnb or fp8")
     bits = as_int(config["quant_bits"]) if config.get("quant_bits") is not None else None
-    if method == "bnb":
-        if bits not in (4, 8):
-            raise Refused(f"{NAME} quant_method bnb needs quant_bits 4 or 8")
-        return {"method": "bnb-nf4" if bits == 4 else "bnb-int8"}
-    out: dict[str, Any] = {"method": methods[method]}
+    out: dict[str, Any] = {"method": method}
     if bits is not None:
         out["bits"] = bits
     if config.get("dataset") is not None:
@@ -316,8 +311,11 @@ def parse_argv(argv: list[str]) -> dict:
 def translate_argv(command: str, argv: list[str], *, fetch: bool = True) -> Imported:
     """`./launch.sh COMMAND ARGS` with ms-swift's flags -> Imported (a one-step recipe)."""
     config = parse_argv(argv)
-    if command == "infer" and "model" not in config and config.get("adapters"):
-        config["model"] = as_list(config["adapters"])[0]
+    if command in ("infer", "deploy", "export") and "model" not in config and config.get("adapters"):
+        adapters = as_list(config["adapters"])     # an adapter directory knows its base (its swiftbox.json)
+        config["model"] = adapters[0]
+        if command != "export" and len(adapters) == 1:
+            del config["adapters"]
     kind = _command_kind(command, config)
     peer = dataclasses.replace(PEER, kind_of=lambda _config: kind)
     return translate(peer, config, f"{command} (ms-swift flags)", name=f"{command}-cli", fetch=fetch)

@@ -267,3 +267,26 @@ def test_export_refuses_what_the_peer_cannot_read(tmp_path):
     with pytest.raises(Refused, match="has no ms-swift"):
         man = manifest("sft", dataset=str(tmp_path / "pairs.jsonl"), max_row_chars=10, group_by_length=True)
         check_round_trip(man, "ms-swift", export_config(man, "ms-swift")[0], tmp_path)
+
+
+def test_export_infer_and_deploy_command_lines_become_their_steps(tmp_path):
+    def step(command: str, *argv: str):
+        recipe = validate_recipe(ms_swift.translate_argv(command, list(argv), fetch=False).recipe)
+        return recipe.header.model, recipe.steps[0].kind, recipe.steps[0].config
+
+    model, kind, cfg = step("export", "--adapters", "runs/x/sft", "--merge_lora", "true")
+    assert (model, kind, cfg.adapters, cfg.max_shard_size) == ("runs/x/sft", "merge", ["runs/x/sft"], "5GB")
+    model, kind, cfg = step("export", "--model", "toy", "--quant_method", "gptq", "--quant_bits", "4",
+                            "--output_dir", "q")
+    assert (kind, cfg.method, cfg.bits, cfg.output) == ("quantize", "gptq", 4, "q")
+    cfg = step("export", "--model", "toy", "--quant_method", "bnb", "--quant_bits", "8")[2]
+    assert (cfg.method, cfg.bits) == ("bnb", 8)
+    model, kind, cfg = step("infer", "--adapters", "runs/x/sft", "--max_new_tokens", "32", "--temperature", "0")
+    assert (model, kind, cfg.adapters, cfg.max_tokens, cfg.temperature) == ("runs/x/sft", "chat", None, 32, 0.0)
+    model, kind, cfg = step("deploy", "--model", "toy", "--adapters", "a", "b", "--infer_backend", "pt")
+    assert (kind, cfg.engine, cfg.host, cfg.port, cfg.adapters) == ("serve", "builtin", "0.0.0.0", 8000,
+                                                                      {"adapter0": "a", "adapter1": "b"})
+    with pytest.raises(Refused, match="merge_lora and quant_method"):
+        step("export", "--model", "toy", "--merge_lora", "true", "--quant_method", "gptq")
+    with pytest.raises(Refused, match="infer_backend 'sglang'"):
+        step("deploy", "--model", "toy", "--infer_backend", "sglang")
