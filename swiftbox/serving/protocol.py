@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from swiftbox.serving.errors import ApiError
 
@@ -26,6 +26,8 @@ MAX_STOP = 4
 MAX_TOKENS = 1_000_000          # the context check refuses far less; this only keeps the number sane
 MAX_TOP_K = 1_000_000           # larger than any vocabulary
 MAX_TOP_LOGPROBS = 20           # OpenAI's bound for chat; vLLM's default for completions too
+MAX_LOGIT_BIAS = 1024           # token ids in one logit_bias
+MAX_BIAS = 100                  # OpenAI's range: -100 bans a token, +100 all but forces it
 MAX_PROMPTS = 1024              # prompts in one completions request (each is a sequence; the queue bound applies)
 MAX_TOKEN_ID = 2**31 - 1        # the engine checks ids against the model's vocabulary
 
@@ -37,6 +39,81 @@ def utf8(text: str) -> str:
     except UnicodeEncodeError as exc:
         raise ValueError(f"text is not valid Unicode (lone surrogate at position {exc.start})") from None
     return text
+
+
+def _bad_format(param: str, expected: str) -> ApiError:
+    return ApiError(400, f"{param}: expected {expected}", param=param, code="invalid_value")
+
+
+def response_format(value: Any, param: str = "response_format") -> Optional[dict[str, Any]]:
+    """OpenAI's chat `response_format`, checked: {type: text} (None: free text), {type: json_object} or
+    {type: json_schema, json_schema: {name, schema, strict?, description?}}; a 400 naming `param` otherwise. The
+    built-in engine compiles it (builtin/constrained.py); the vLLM engine is sent the body as it came."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise _bad_format(f"{param}.type", "'text', 'json_object' or 'json_schema'")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise _bad_format(f"{param}.json_schema", "an object {name, schema, strict}")
+    if not isinstance(spec.get("schema"), dict):
+        raise _bad_format(f"{param}.json_schema.schema", "a JSON schema (an object)")
+    name = spec.get("name", "response")
+    if not isinstance(name, str) or not 0 < len(name) <= 64:
+        raise _bad_format(f"{param}.json_schema.name", "a name of 1 to 64 characters")
+    if not isinstance(spec.get("strict", False), (bool, type(None))):
+        raise _bad_format(f"{param}.json_schema.strict", "a boolean")
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": spec["schema"],
+                                                   "strict": bool(spec.get("strict"))}}
+
+
+def responses_format(value: Any, param: str = "text.format") -> Optional[dict[str, Any]]:
+    """The Responses API's `text.format` ({type: text | json_object | json_schema, name, schema, strict}) as chat's
+    response_format (None: free text); a 400 naming `param` when malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad_format(param, "an object {type: text | json_object | json_schema}")
+    if value.get("type") != "json_schema":
+        return response_format(value, param)
+    spec = {k: value[k] for k in ("name", "schema", "strict", "description") if k in value}
+    return response_format({"type": "json_schema", "json_schema": spec}, param)
+
+
+def anthropic_format(value: Any, param: str = "output_config.format") -> Optional[dict[str, Any]]:
+    """Anthropic's `output_config.format` ({type: json_schema, schema}) as chat's response_format."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "json_schema":
+        raise _bad_format(f"{param}.type", "'json_schema'")
+    if not isinstance(value.get("schema"), dict):
+        raise _bad_format(f"{param}.schema", "a JSON schema (an object)")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": value["schema"], "strict": True}}
+
+
+def logit_bias(value: Any) -> Optional[dict[int, float]]:
+    """OpenAI's `logit_bias` ({"token id": bias in [-100, 100]}) with integer keys; a 400 naming it otherwise (the
+    engine checks the ids against the model's vocabulary)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_LOGIT_BIAS:
+        raise _bad_format("logit_bias", f"an object of at most {MAX_LOGIT_BIAS} token ids (strings) to biases")
+    out: dict[int, float] = {}
+    for key, bias in value.items():
+        text = str(key).strip()
+        if not text.isdigit() or int(text) >= 2**31:
+            raise ApiError(400, f"logit_bias: {key!r} is not a token id (a non-negative integer)", param="logit_bias",
+                           code="invalid_value")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -MAX_BIAS <= bias <= MAX_BIAS:
+            raise ApiError(400, f"logit_bias: the bias of token {text} must be a number from -{MAX_BIAS} to "
+                                f"{MAX_BIAS}", param="logit_bias", code="invalid_value")
+        out[int(text)] = float(bias)
+    return out
 
 
 class StreamOptions(BaseModel):
@@ -63,6 +140,12 @@ class SamplingFields(BaseModel):
     repetition_penalty: float = Field(1.0, ge=0.01, le=10)
     user: Optional[str] = None
     return_tokens_as_token_ids: bool = False      # vLLM's extension: logprob tokens as "token_id:N"
+    logit_bias: Optional[dict[int, float]] = None   # token id -> bias (checked by logit_bias() above)
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _logit_bias(cls, value):
+        return logit_bias(value)
 
     @field_validator("stop")
     @classmethod
@@ -149,6 +232,19 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: bool = True        # vLLM's: the assistant's header after the conversation
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: Optional[dict[str, Any]] = None    # structured output, checked by response_format() above
+    _format_param: str = PrivateAttr("response_format")  # the field a translated request's format came from
+
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _response_format(cls, value):
+        return response_format(value)
+
+    @property
+    def output_format(self) -> tuple[Optional[str], Optional[dict[str, Any]], str]:
+        """(None | 'json_object' | 'json_schema', the schema, the request field that asked for it)."""
+        fmt = self.response_format or {}
+        return fmt.get("type"), (fmt.get("json_schema") or {}).get("schema"), self._format_param
 
     @model_validator(mode="before")
     @classmethod
@@ -474,6 +570,7 @@ class MessagesRequest(ApiFields):
     tools: Optional[list[dict[str, Any]]] = Field(None, max_length=MAX_ITEMS)
     tool_choice: Optional[dict[str, Any]] = None
     thinking: Optional[dict[str, Any]] = None
+    output_config: Optional[dict[str, Any]] = None    # effort (a hint) and format (structured output)
     metadata: Optional[dict[str, Any]] = None
     service_tier: Hint = None
     speed: Hint = None
@@ -486,12 +583,14 @@ class MessagesRequest(ApiFields):
     @model_validator(mode="before")
     @classmethod
     def _output_config(cls, data: Any) -> Any:
-        """output_config: its effort is a hint (taken); a structured-output format is refused. context_management:
-        only the edits that change nothing are taken."""
+        """output_config: its effort is a hint (taken), its format a structured output (anthropic_format checks it).
+        context_management: only the edits that change nothing are taken."""
         config = data.get("output_config") if isinstance(data, dict) else None
-        if config is not None and (not isinstance(config, dict) or set(config) - {"effort"}):
-            raise ApiError(400, "output_config: only 'effort' is supported (no structured output format)",
-                           param="output_config", code="unsupported_field")
+        if config is not None and (not isinstance(config, dict) or set(config) - {"effort", "format"}):
+            raise ApiError(400, "output_config: only 'effort' and 'format' are supported", param="output_config",
+                           code="unsupported_field")
+        if config is not None:
+            anthropic_format(config.get("format"))
         manage = data.get("context_management") if isinstance(data, dict) else None
         if manage is not None:      # Claude Code sends {"edits": [{"type": "clear_thinking_...", "keep": "all"}]}
             edits = manage.get("edits") if isinstance(manage, dict) else None
@@ -552,10 +651,8 @@ class ResponsesRequest(ApiFields):
         """The accepted hints that would change the answer if they meant more than the default are refused."""
         if not isinstance(data, dict):
             return data
-        fmt = (data.get("text") or {}).get("format") if isinstance(data.get("text"), dict) else None
-        if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
-            raise ApiError(400, "text.format: only {type: text} is supported (no structured output)",
-                           param="text.format", code="unsupported_field")
+        if isinstance(data.get("text"), dict):
+            responses_format(data["text"].get("format"))      # a structured output: a 400 when malformed
         if data.get("truncation") not in (None, "disabled"):
             raise ApiError(400, "truncation: only 'disabled' is supported (a prompt past the context is a 400)",
                            param="truncation", code="unsupported_field")

@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.protocol import ChatCompletionRequest, usage
+from swiftbox.serving.protocol import ChatCompletionRequest, anthropic_format, responses_format, usage
 from swiftbox.serving.responses import Output, uid
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def to_chat(req: MessagesRequest, *, stream: Optional[bool] = None) -> ChatCompl
         if kind not in ("enabled", "disabled", "adaptive"):
             raise refused_type("thinking.type", "'enabled', 'disabled' or 'adaptive'")
         body["chat_template_kwargs"] = {"enable_thinking": kind != "disabled"}
-    return _chat(body)
+    return _formatted(body, anthropic_format((req.output_config or {}).get("format")), "output_config.format")
 
 
 def _anthropic_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -157,6 +157,16 @@ def _anthropic_choice(choice: dict[str, Any]) -> Any:
     if mapped is None:
         raise refused_type("tool_choice.type", "'auto', 'any', 'tool' or 'none'")
     return mapped
+
+
+def _formatted(body: dict[str, Any], fmt: Optional[dict[str, Any]], param: str) -> ChatCompletionRequest:
+    """The chat request with a structured output (`fmt`: chat's response_format) that came from field `param` (the
+    name a schema the engine cannot compile is refused under)."""
+    if fmt is not None:
+        body["response_format"] = fmt
+    chat = _chat(body)
+    chat._format_param = param
+    return chat
 
 
 def _chat(body: dict[str, Any]) -> ChatCompletionRequest:
@@ -242,7 +252,7 @@ def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> t
         if effort not in (None, "none", "minimal", "low", "medium", "high", "xhigh"):
             raise refused_type("reasoning.effort", "none, minimal, low, medium or high")
         body["chat_template_kwargs"] = {"enable_thinking": effort not in ("none", "minimal")}
-    return _chat(body), convo, names
+    return _formatted(body, responses_format((req.text or {}).get("format")), "text.format"), convo, names
 
 
 # Hosted tools: the OpenAI server runs them, so a local model cannot. A request may list them (Codex always sends

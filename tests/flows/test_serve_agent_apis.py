@@ -207,8 +207,8 @@ def test_responses_stream_events_and_store(live, oclient):
                                  tool_choice={"type": "web_search"})
     listed = oclient.responses.create(model=ADAPTER, input="hi", tools=[{"type": "web_search"}], max_output_tokens=2)
     assert listed.status in ("completed", "incomplete")         # listed only (as Codex does): accepted, not offered
-    with pytest.raises(openai.BadRequestError, match="text.format"):
-        oclient.responses.create(model=ADAPTER, input="hi", text={"format": {"type": "json_object"}})
+    with pytest.raises(openai.BadRequestError, match="text.format"):     # structured output: a format it knows
+        oclient.responses.create(model=ADAPTER, input="hi", text={"format": {"type": "xml"}})
 
 
 def test_store_is_bounded():

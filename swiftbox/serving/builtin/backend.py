@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
+from swiftbox.serving.builtin.constrained import Grammar, Grammars
 from swiftbox.serving.builtin.engine import QueueFull
 from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
@@ -83,6 +84,7 @@ class BuiltinBackend:
         template = getattr(tokenizer, "chat_template", None)
         self.thinking = toolformats.thinks(template if isinstance(template, str) else None)   # answers may reason
         self.special_tokens = special_tokens(tokenizer)     # what the answer parsers read, then hide from content
+        self._grammars: Optional[Grammars] = None               # structured outputs (built on first use)
 
     def model_names(self) -> list[str]:
         return self.engine.model_names()
@@ -226,7 +228,38 @@ class BuiltinBackend:
         return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
                               seed=req.seed, stop=list(req.stop or []), presence_penalty=req.presence_penalty,
                               frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
-                              logprobs=req.logprob_count)
+                              logprobs=req.logprob_count, logit_bias=self.checked_bias(req))
+
+    # -- logit_bias and structured outputs (sampling.py, constrained.py) ---------------------------
+    def checked_bias(self, req) -> Optional[dict[int, float]]:
+        """The request's logit_bias (its shape checked by protocol.py), each id within the vocabulary, or a 400
+        naming logit_bias."""
+        bias = getattr(req, "logit_bias", None)
+        if not bias:
+            return None
+        vocab = self.vocab_size()
+        outside = sorted(t for t in bias if t >= vocab)
+        if outside:
+            raise ApiError(400, f"logit_bias: token id {outside[0]} is outside this model's vocabulary "
+                                f"(0..{vocab - 1})", param="logit_bias", code="invalid_value")
+        return dict(bias)
+
+    async def output_grammar(self, req: ChatCompletionRequest) -> Optional[Grammar]:
+        """The compiled grammar of the request's response format (None: free text), in a worker thread (the first
+        one builds llguidance's view of the tokenizer, ~1 s); a schema it cannot compile is a 400 naming the field."""
+        kind, schema, param = req.output_format
+        if kind is None:
+            return None
+        if getattr(req, "continue_final_message", False):
+            raise ApiError(400, f"{param}: a structured output starts a new answer; it cannot continue a prefilled "
+                                "assistant turn", param=param, code="unsupported_field")
+        if req.tools and req.tool_choice != "none":
+            raise ApiError(400, f"{param}: the built-in engine holds the whole answer to the format, so the model "
+                                "could not call a tool; send the tools or the format (or tool_choice 'none'), or use "
+                                "the vLLM engine", param=param, code="unsupported_field")
+        if self._grammars is None:
+            self._grammars = Grammars(self.tokenizer, self.engine.eos_ids, self.vocab_size())
+        return await asyncio.to_thread(self._grammars.compile, kind, schema, param)
 
     def adapter_for(self, model: str) -> Optional[str]:
         """The engine's adapter for this model name, resolved once per request (404 once it is unloaded)."""
@@ -252,6 +285,7 @@ class BuiltinBackend:
         self.check_room(req.n)
         prompt = await asyncio.to_thread(self.chat_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
+        params.grammar = await self.output_grammar(req)
         return await self._respond(req, prompt, params, request, chat=True, started=started)
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:

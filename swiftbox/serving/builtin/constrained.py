@@ -109,6 +109,6 @@ class Grammars:
 
 
 def _refuse(param: str, reason: str) -> ApiError:
-    first = (reason.strip().splitlines() or ["unknown error"])[0][:500]
+    first = " ".join(reason.split())[:300] or "unknown error"
     return ApiError(400, f"{param}: this JSON schema cannot be used for structured output: {first}", param=param,
                     code="invalid_value")

@@ -77,6 +77,7 @@ class Sequence:
     submitted: float = field(default_factory=time.monotonic)
     outbox: list = field(default_factory=list)   # the engine's: events wait there until the step's flush
     group: int = 0                  # sequences submitted together (the n choices of a request) share a prefill
+    matcher: Any = None             # constrained.Matcher: this sequence's place in its output grammar
     prompt_logprobs: Optional[int] = None   # k: ("prompt_logprobs", entries) once the prompt is prefilled
     eos_events: bool = False        # ("eos", id) (after its logprobs, when asked) before ("done", "stop")
 
@@ -173,7 +174,8 @@ class BuiltinEngine:
         prompt's tokens after the first (prefill.prompt_entries); `max_tokens=0` then ends it ("done", "length")."""
         group = next(self._groups)
         seqs = [Sequence(next(self._ids), list(prompt_ids), p, adapter, sink, loop, generator=make_generator(p.seed),
-                         outbox=self._outbox, group=group, prompt_logprobs=prompt_logprobs, eos_events=eos_events)
+                         outbox=self._outbox, group=group, prompt_logprobs=prompt_logprobs, eos_events=eos_events,
+                         matcher=p.grammar.matcher() if p.grammar else None)
                 for p, sink in zip(params, sinks, strict=True)]
         with self._cond:
             if not self.slots.usable(adapter):
@@ -436,7 +438,7 @@ class BuiltinEngine:
         """The next token of every row (None: the row is finished or has just failed)."""
         import torch
 
-        plain = [s.params.greedy and not s.params.penalised for s in seqs]
+        plain = [s.params.greedy and not s.params.shaped for s in seqs]
         # every plain greedy row in one argmax and one device->host copy, not a launch and a sync per row;
         # a row whose best score is not finite (NaN wins argmax) is marked -1
         picks: list[int] = []
@@ -454,7 +456,8 @@ class BuiltinEngine:
                         if token < 0:
                             raise ValueError("the model's scores for this request are not finite (NaN/inf)")
                     else:
-                        token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator)
+                        token = sample_row(logits[row], seq.params, seq.prompt_ids, seq.out_ids, seq.generator,
+                                           seq.matcher)
                 except Exception as exc:
                     self._fail(seq, exc)
                     token = None
@@ -483,6 +486,11 @@ class BuiltinEngine:
                     seq.emit(("eos", token))
                 self._finish(seq, "stop")
                 continue
+            try:        # the output grammar takes the token; once it is complete the answer ends there
+                complete = seq.matcher is not None and seq.matcher.advance(token)
+            except ValueError as exc:
+                self._fail(seq, exc)
+                continue
             seq.out_ids.append(token)
             self.stats["tokens"] += 1
             if row in info:
@@ -491,6 +499,8 @@ class BuiltinEngine:
             produced = len(seq.out_ids)
             if produced >= seq.params.max_tokens or len(seq.prompt_ids) + produced >= self.max_model_len:
                 self._finish(seq, "length")
+            elif complete:
+                self._finish(seq, "stop")
 
     def _fail(self, seq: Sequence, exc: Exception) -> None:
         log.warning("sequence %d failed: %s: %s", seq.id, type(exc).__name__, exc)
