@@ -250,6 +250,7 @@ def _refuse(tokenizer, turn: int, why: str) -> UserError:
 
 TRAINING_FLAGS = ("is_training",)     # template variables that ask for the training rendering (Hunyuan 3)
 FOLLOWER = {"role": "user", "content": "PROBEFOLLOW7Q"}
+TAIL = 24        # characters of a last reply's rendering that locate it again once another turn follows
 
 
 def training_kwargs(tokenizer, kw: dict) -> dict:
@@ -287,16 +288,24 @@ def rendered(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw
         if follow.startswith(text) and not (closing and follow[len(text):].lstrip().startswith(closing)):
             return text
     follow = render(tokenizer, messages + [FOLLOWER], tools, **kw)
-    after = follow[len(text):]
+    if not closing:
+        if not follow.startswith(text):
+            raise _refuse(tokenizer, len(messages) - 1, "the template writes nothing after a last reply and renders "
+                                                        "the conversation differently once another turn follows, so "
+                                                        "how it closes a reply cannot be told")
+        return text
+    # the reply as rendered last (its end: the text's end) and, once a turn follows, the closing right after it; the
+    # history before it may render differently then (templates drop earlier turns' reasoning)
+    content = messages[-1].get("content")
+    own = content.rstrip()[-TAIL:] if isinstance(content, str) and content.strip() else ""
+    tail = own if own and text.rstrip().endswith(own) else text[-min(len(text), TAIL):]
+    at = follow.rfind(tail, 0, len(follow) - len(FOLLOWER["content"]))
+    after = follow[at + len(tail):] if at >= 0 else ""
     gap = len(after) - len(after.lstrip())
-    if not follow.startswith(text):
-        raise _refuse(tokenizer, len(messages) - 1, "the template writes nothing after a last reply and renders the "
-                                                    "conversation differently once another turn follows, so how it "
-                                                    "closes a reply cannot be told")
-    if closing and not after.startswith(closing, gap):
-        raise _refuse(tokenizer, len(messages) - 1, f"the template closes a reply ({closing}) only when another turn "
-                                                    f"follows, and not after this one")
-    return text + after[:gap + len(closing)] if closing else text
+    if at < 0 or not after.startswith(closing.lstrip(), gap):
+        raise _refuse(tokenizer, len(messages) - 1, f"the template closes a reply ({closing.strip()}) only when "
+                                                    f"another turn follows, and not after this one")
+    return text + after[:gap + len(closing.lstrip())]
 
 
 def locate(tokenizer, messages: list[dict], tools: Optional[list] = None, **kw) -> tuple[str, list[Span]]:
@@ -368,7 +377,7 @@ def _closing(tokenizer, **kw) -> str:
 def _widen_end(text: str, end: int, markers: tuple[str, ...], later: list[dict], agreed: int) -> int:
     """Forward over the nearest end-of-turn marker, when only decoration (no later turn's text) lies before it and
     it starts no later than `agreed` (where the conversation cut after this reply stops agreeing with the whole)."""
-    found = [(at, m) for m in markers if m for at in [text.find(m, end)] if 0 <= at <= agreed and at - end <= GAP_LIMIT]
+    found = [(at, m) for m in markers if m for at in [text.find(m, end)] if 0 <= at and at - end <= GAP_LIMIT]
     if not found:
         return end
     at, marker = min(found)
@@ -432,8 +441,12 @@ def _trim_marked(tokenizer, messages, tools, text, span: Span, **kw) -> Span:
                                         "inside its {% generation %} block")
     start, end = span.start, span.end
     head = header(tokenizer, messages[:i], tools, **kw)
-    if head and text.startswith(head, start) and start + len(head) <= end:
-        start += len(head)
+    for n in range(len(head), 0, -1):   # the header, or as much of it as the marked turn starts with (Laguna's
+        if n < len(head) and not (head[n - 1] in ">]" or head[n - 1].isspace()):   # prompt closes thinking, a
+            continue                                                                # reasoning turn opens it)
+        if text.startswith(head[:n], start) and start + n <= end:
+            start += n
+            break
     end = start + len(text[start:end].rstrip())
     return Span(i, start, end)
 

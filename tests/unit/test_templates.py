@@ -197,3 +197,16 @@ def test_a_row_with_a_switch_no_template_takes_is_one_line_naming_it(tmp_path, s
     with pytest.raises(UserError, match=rf"chat_template_kwargs{'.' + key if key else ''}: ") as err:
         data.load_sft(str(path))
     assert "\n" not in str(err.value)
+
+
+def test_a_marked_turn_loses_only_the_header_the_generation_prompt_holds(tok):
+    """{% generation %} around header and reply, a prompt that closes thinking (`<assistant>\\n</think>`) and a
+    reasoning reply that opens it: the labels start after `<assistant>\\n`, never on the header (Laguna)."""
+    tok.chat_template = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<assistant>\n"
+                         "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+                         "{{ m.content }}</assistant>{% endgeneration %}{% else %}<{{ m.role }}>{{ m.content }}"
+                         "</{{ m.role }}>{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>\n</think>"
+                         "{% endif %}")
+    turns = [TURNS[0], dict(TURNS[1], reasoning_content="Think first.")]
+    assert replies(tok, turns) == ["<think>Think first.</think>Hello.</assistant>"]
+    assert replies(tok, TURNS[:2]) == ["Hello.</assistant>"]
