@@ -16,7 +16,7 @@ protocol module, the logic behind one typed engine seam.
     adapters.py    runtime LoRA adapter policy (roots, base model identity, engine fit, count/memory caps)
     adapter_check.py   a runtime adapter is a plain LoRA delta: its config, weights and module patterns
     template_kwargs.py the chat_template_kwargs allow-list; client chat templates (--trust-request-chat-template)
-    metrics.py     /metrics (Prometheus)     toolcalls.py   tool calls / reasoning out of an answer
+    metrics.py     /metrics (Prometheus)     toolformats/   tool calls / reasoning out of an answer, per format
     server.py      uvicorn on a bound socket  smoke.py      one question through the openai client
     remote.py      a client for a running server's adapter routes (chat --url, the menu)
     translate.py   /v1/messages and /v1/responses onto the chat request, and the chat answer read back
