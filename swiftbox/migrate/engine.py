@@ -68,10 +68,19 @@ def translate(peer: Peer, config: dict, source: str, *, name: Optional[str] = No
                       f"swiftbox recipe" + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""))
     if config.get(peer.model_key) in (None, ""):
         raise Refused(f"{source}: {peer.name} key {peer.model_key!r} is missing: the model to train")
+    try:
+        return _translate(peer, config, source, name, base, fetch)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:   # a value of the wrong shape: bad input
+        raise Refused(f"{source}: {peer.name}: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+
+
+def _translate(peer: Peer, config: dict, source: str, name: Optional[str], base: Optional[Path],
+               fetch: bool) -> Imported:
     kind = peer.kind_of(config)
     ctx = Context(peer=peer.name, source=source, kind=kind, base=base or Path.cwd(), fetch=fetch)
     settings: dict[str, Any] = {}
     ignored: list[str] = []
+    known = peer.keys()
     present = {known[k].name: v for k, v in config.items()}
     for key in peer.table:
         given = key.name in present

@@ -290,3 +290,24 @@ def test_export_infer_and_deploy_command_lines_become_their_steps(tmp_path):
         step("export", "--model", "toy", "--merge_lora", "true", "--quant_method", "gptq")
     with pytest.raises(Refused, match="infer_backend 'sglang'"):
         step("deploy", "--model", "toy", "--infer_backend", "sglang")
+
+
+@pytest.mark.parametrize("slug", ["llamafactory", "axolotl", "ms-swift"])
+def test_a_value_of_the_wrong_shape_is_one_line_for_every_key(tmp_path, slug):
+    from swiftbox.errors import UserError
+
+    rows = tmp_path / "d.jsonl"
+    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant",
+                                                                               "content": "b"}]}) + "\n")
+    base = {"llamafactory": lf_config(tmp_path),
+            "axolotl": {"base_model": "toy", "datasets": [{"path": str(rows), "type": "chat_template"}],
+                        "learning_rate": 1e-4},
+            "ms-swift": {"model": "toy", "tuner_type": "lora", "dataset": [str(rows)], "max_length": 64}}[slug]
+    peer = peers()[slug]
+    translate(peer, dict(base), "x.yaml", base=tmp_path)      # the base config itself is fine
+    for key in peer.keys():
+        for bad in ("zzz", {"a": [1]}, -1, None):
+            try:
+                translate(peer, {**base, key: bad}, "x.yaml", base=tmp_path)
+            except UserError as exc:
+                assert "\n" not in str(exc)
