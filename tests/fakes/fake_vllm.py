@@ -1,6 +1,7 @@
 """A stand-in for `vllm serve` (CPU tests): same flags we pass, /health open, /v1 guarded by --api-key,
-canned OpenAI answers (streamed or not; completions answer each prompt with the prompt as received), and a 400
-for max_tokens > 1000 like vLLM's context check.
+canned OpenAI answers (streamed or not; completions answer each prompt with the prompt as received; a chat whose last
+message says "echo" answers the body as received, and /v1/messages and /v1/responses answer {"received": body}),
+and a 400 for max_tokens > 1000 like vLLM's context check.
 Runtime LoRA updating as vLLM does it: /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with
 VLLM_ALLOW_RUNTIME_LORA_UPDATING set and --enable-lora; a load reads adapter_config.json and refuses a rank
 above --max-lora-rank; unknown models get 404; /metrics serves a vllm:* family."""
@@ -83,6 +84,8 @@ def main() -> None:
         if body.get("max_tokens", 0) > 1000:
             return error("too long", 400)
         answer = f"fake answer from {body['model']}"
+        if body["messages"][-1].get("content") == "echo":      # what the front door relayed, exactly
+            answer = json.dumps(body, sort_keys=True)
         if body.get("stream"):
             def gen():
                 for word in answer.split():
@@ -94,6 +97,13 @@ def main() -> None:
         return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+
+    @app.post("/v1/messages")
+    @app.post("/v1/responses")
+    async def native(request: Request):
+        if not authorised(request):
+            return error("Unauthorized", 401)
+        return {"received": await request.json()}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
