@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["llamafactory", "axolotl", "ms-swift"])
     p.add_argument("--output", default=None, help="file to write (default: print it)")
 
-    for name, kind in (("rlhf", "dpo | kto | orpo | simpo | rm | grpo | gkd (--rlhf_type)"),
+    for name, kind in (("rlhf", "dpo | kto | orpo | simpo | rm (--rlhf_type)"),
                        ("export", "merge (--merge_lora true) or quantize (--quant_method)"),
                        ("infer", "chat"), ("deploy", "serve")):
         p = sub.add_parser(name, help=f"ms-swift's `swift {name}` with its own flags: runs {kind} "

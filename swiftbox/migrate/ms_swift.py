@@ -13,11 +13,11 @@ from swiftbox.migrate.engine import Context, Imported, Peer, translate
 from swiftbox.migrate.table import ABSENT, IGNORE, READ, REFUSE, Key, Refused, as_bool, as_float, as_int, as_list
 
 NAME = "ms-swift"
-RLHF = {"dpo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "rm": "rm", "grpo": "grpo", "gkd": "gkd"}
-TRAIN = ("sft", "pt", "dpo", "kto", "orpo", "simpo", "rm", "grpo", "gkd")
+RLHF = {"dpo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "rm": "rm"}
+TRAIN = ("sft", "pt", "dpo", "kto", "orpo", "simpo", "rm")
 PREF = ("dpo", "kto", "orpo", "simpo")
 COMMANDS = ("sft", "pt", "rlhf", "export", "infer", "deploy")   # `swift COMMAND` -> `./launch.sh COMMAND`
-BETA = {"dpo": 0.1, "kto": 0.1, "orpo": 0.1, "simpo": 2.0, "grpo": 0.04, "gkd": 0.5}
+BETA = {"dpo": 0.1, "kto": 0.1, "orpo": 0.1, "simpo": 2.0}
 BACKENDS = {"pt": "builtin", "transformers": "builtin", "vllm": "vllm"}
 
 
@@ -109,8 +109,9 @@ TABLE: list[Key] = [
     Key("resume_from_checkpoint", how=REFUSE, note="swiftbox resumes its own checkpoints: resume: true on the same "
         "output"),
     Key("streaming", how=REFUSE, accept=(None, False), note="use swiftbox's streaming with max_steps"),
-    Key("rlhf_type", how=READ, default="dpo", note="dpo | kto | orpo | simpo | rm | grpo | gkd -> the step of the "
-        "same kind; cpo and ppo are refused"),
+    Key("rlhf_type", how=READ, default="dpo", note="dpo | kto | orpo | simpo | rm -> the step of the same kind; "
+        "grpo and gkd are refused (their ms-swift defaults are not mapped: use swiftbox's grpo / gkd steps), cpo and "
+        "ppo too"),
     Key("beta", "beta", _beta, convert=as_float, kinds=PREF),
     Key("loss_type", "loss_type", "sigmoid", kinds=("dpo",)),
     Key("rpo_alpha", how=REFUSE, note="swiftbox's dpo has no SFT term; use the orpo step, or simpo with cpo_alpha"),
@@ -157,7 +158,10 @@ def _command_kind(command: str, config: dict) -> str:
     if command == "rlhf":
         rlhf = str(config.get("rlhf_type", "dpo"))
         if rlhf not in RLHF:
-            raise Refused(f"{NAME} rlhf_type {rlhf!r}: swiftbox has no such step (it reads {' | '.join(RLHF)})")
+            hint = (f"; swiftbox's own {rlhf} step has its own flags and defaults (docs/training.md)"
+                    if rlhf in ("grpo", "gkd") else "")
+            raise Refused(f"{NAME} rlhf_type {rlhf!r}: not read from ms-swift's flags (it reads "
+                          f"{' | '.join(RLHF)}){hint}")
         return RLHF[rlhf]
     if command == "export":
         merge = as_bool(config.get("merge_lora", False))
