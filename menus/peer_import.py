@@ -16,22 +16,23 @@ from menus.widgets import BACK
 FILE, COMMAND = "file", "command"
 
 
-def imported_from_file(raw: str) -> Any:
-    """The recipe dict a peer's file becomes; raises UserError with the importer's line."""
+def imported_from_file(raw: str, fetch: bool = True) -> Any:
+    """What a peer's file becomes (Imported); raises UserError with the importer's line. `fetch`: resolve a hub
+    model to check a template name (off while the answer is being typed)."""
     from swiftbox.errors import UserError
     from swiftbox.migrate import import_config
     from swiftbox.recipe import _read_yaml
 
     source = raw.strip()
     data = _read_yaml(Path(source))
-    imported = import_config(data, source) if isinstance(data, dict) else None
+    imported = import_config(data, source, fetch=fetch) if isinstance(data, dict) else None
     if imported is None:
         raise UserError(f"{source}: not a LLaMA-Factory / Axolotl YAML or an ms-swift argument file (a swiftbox "
                         "recipe runs from 'Run a recipe')")
     return imported
 
 
-def imported_from_command(line: str) -> Any:
+def imported_from_command(line: str, fetch: bool = True) -> Any:
     """`swift sft --model ...` (or without `swift`) -> the importer's result; raises UserError."""
     from swiftbox.errors import UserError
     from swiftbox.migrate.ms_swift import COMMANDS, translate_argv
@@ -46,7 +47,7 @@ def imported_from_command(line: str) -> Any:
         words = words[1:]
     if not words or words[0] not in COMMANDS:
         raise UserError(f"expected `swift COMMAND --flag value ...` with COMMAND one of {', '.join(COMMANDS)}")
-    return translate_argv(words[0], words[1:])
+    return translate_argv(words[0], words[1:], fetch=fetch)
 
 
 def _checked(build):
@@ -56,7 +57,7 @@ def _checked(build):
         if not raw.strip():
             return "type something, or Esc to go back"
         try:
-            build(raw)
+            build(raw, fetch=False)
         except UserError as exc:
             return " ".join(str(exc).split())
         return True
