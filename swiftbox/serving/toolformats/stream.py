@@ -41,13 +41,15 @@ class Out:
 
     def __init__(self, hidden: tuple[str, ...]):
         self.hidden = hidden
+        self.firsts = frozenset(t[0] for t in hidden if t)   # a piece without any of these holds no special token
         self.started: dict[str, bool] = {}
         self.space: dict[str, str] = {}
 
     def put(self, kind: str, text: str) -> list[Event]:
-        for token in self.hidden:
-            if token in text:
-                text = text.replace(token, "")
+        if not self.firsts.isdisjoint(text):
+            for token in self.hidden:
+                if token in text:
+                    text = text.replace(token, "")
         if not self.started.get(kind):
             text = text.lstrip()
             if not text:
