@@ -272,6 +272,8 @@ _DSV4 = ("DeepSeek-V4 (<｜User｜>/<｜Assistant｜></think>); thinking=True op
          "(<｜DSML｜tool_calls><｜DSML｜invoke name=..>)")
 _HY3 = ("Hunyuan 3 (<｜hy_User｜>/<｜hy_Assistant｜>); is_training closes the last reply with <｜hy_eos｜>; reasoning "
         "read from `reasoning`; reasoning_effort no_think by default")
+_ERNIE = ("ERNIE 4.5 (<|begin_of_sentence|>User: ..\nAssistant: ..<|end_of_sentence|>); no tools or reasoning "
+          "(default tool format)")
 PRESETS_2026B: tuple[Preset, ...] = (
     Preset("deepseek-v4-flash", "DeepSeek-V4", "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash", 284.3,
            _DSV4, ("q_a_proj", "q_b_proj", "kv_proj", "o_a_proj", "o_b_proj"),
@@ -306,6 +308,11 @@ PRESETS_2026B: tuple[Preset, ...] = (
            ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
            notes="MoE, 1.5B active; short convolutions: packing pads (not exact). " + _UNVERIFIED_MS,
            tool_parser="lfm2", model_type="lfm2_moe", active_params_b=1.5),
+    Preset("ernie-4.5-0.3b-pt", "ERNIE-4.5", "PaddlePaddle/ERNIE-4.5-0.3B-PT", "baidu/ERNIE-4.5-0.3B-PT", 0.36,
+           _ERNIE, notes=_UNVERIFIED_MS, model_type="ernie4_5"),
+    Preset("ernie-4.5-21b-a3b-pt", "ERNIE-4.5", "PaddlePaddle/ERNIE-4.5-21B-A3B-PT", "baidu/ERNIE-4.5-21B-A3B-PT", 21.8,
+           _ERNIE, notes="MoE, 3.4B active (sizes of transformers' Ernie4_5_MoeConfig default). " + _UNVERIFIED_MS,
+           model_type="ernie4_5_moe", active_params_b=3.4),
 )
 PRESETS = PRESETS + PRESETS_2026 + PRESETS_2026B
 

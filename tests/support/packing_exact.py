@@ -42,6 +42,7 @@ FAMILIES: dict[str, dict] = {
     # issue 42: attention-only families of this year (DeepSeek-V4's hash-routed MoE layers need input_ids: top-k MoE)
     "seed_oss": {}, "apertus": {}, "minimax_m2": _MOE, "hy_v3": dict(_MOE, first_k_dense_replace=0),
     "deepseek_v4": dict(_MOE, first_k_dense_replace=0, mlp_layer_types=["moe", "moe"]),
+    "ernie4_5": {}, "ernie4_5_moe": dict(_MOE, moe_num_experts=4, moe_k=2, moe_layer_start_index=0),
     # hybrid linear attention / state space / convolution
     "qwen3_next": dict(_MOE, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),

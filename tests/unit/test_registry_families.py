@@ -13,7 +13,7 @@ from swiftbox.modeling import registry
 NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "gpt-oss", "Llama-4", "GLM-4.5",
                 "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3",
                 # issue 42
-                "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5"}
+                "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5", "ERNIE-4.5"}
 HYBRID = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "LFM2", "Granite-4", "Nemotron-H", "LFM2.5"}   # linear attention /
 # Mamba / convolutions
 # attention-only families whose packed batch is still not exact in transformers
