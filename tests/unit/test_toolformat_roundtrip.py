@@ -50,7 +50,8 @@ def test_every_presets_vllm_parser_is_a_builtin_format():
         template = (ft.TEMPLATES / f"{fixture_of(p)}.jinja").read_text(encoding="utf-8")
         served = toolformats.detect(template)
         if not p.tool_parser:
-            assert p.family in ft.NO_VLLM_PARSER, f"{p.name}: no vLLM tool parser and no reason in NO_VLLM_PARSER"
+            assert p.family in ft.NO_VLLM_PARSER, (f"{p.name}: no vLLM tool parser; name one in the registry or say "
+                                                   "why not in tests/support/family_table.py NO_VLLM_PARSER")
             continue
         assert p.family not in ft.NO_VLLM_PARSER, p.name
         vllm = toolformats.by_name(p.tool_parser)
