@@ -93,8 +93,7 @@ CHAT: dict[str, Row] = {
     "modalities": both(REFUSED, "only text output is served", ["text"]),
     "moderation": both(REFUSED, "no moderation model runs here"),
     "n": both(HONOURED, "n answers per request (at most 8)"),
-    "parallel_tool_calls": row(HINT, HONOURED, "builtin: the model decides how many calls it writes (false is not "
-                               "enforced); vLLM keeps only the first call when false"),
+    "parallel_tool_calls": both(HONOURED, "false: only the answer's first tool call is kept (as vLLM keeps it)"),
     "prediction": both(HINT, "predicted outputs only make OpenAI faster; the answer is the same without them"),
     "presence_penalty": both(HONOURED, "penalises tokens that appeared at all"),
     "prompt_cache_key": both(HINT, CACHE),
@@ -130,6 +129,8 @@ VLLM_SAMPLING = {
     "top_k": both(HONOURED, "vLLM's extra: sample from the k most likely tokens (-1: all)", -1),
     "repetition_penalty": both(HONOURED, "vLLM's extra: > 1 discourages repeats", 1.0),
     "return_tokens_as_token_ids": both(HONOURED, "vLLM's extra: logprob tokens as 'token_id:N'", False),
+    "structured_outputs": row(REFUSED, HONOURED, "vLLM's extra (json, regex, choice, grammar, structural_tag): "
+                              "vLLM's own structured outputs; on the built-in engine send response_format"),
 }
 
 CHAT_EXTRAS: dict[str, Row] = {
@@ -166,7 +167,11 @@ COMPLETIONS: dict[str, Row] = {
     "user": both(HINT, ABUSE),
 }
 
-COMPLETIONS_EXTRAS: dict[str, Row] = dict(VLLM_SAMPLING)
+COMPLETIONS_EXTRAS: dict[str, Row] = {
+    **VLLM_SAMPLING,
+    "response_format": row(REFUSED, HONOURED, "vLLM's extra on completions (structured output of a plain "
+                           "completion); on the built-in engine use chat's response_format", {"type": "text"}),
+}
 
 NATIVE = "vLLM answers this API itself; "
 
@@ -186,7 +191,7 @@ RESPONSES: dict[str, Row] = {
     "max_tool_calls": both(HINT, f"limits calls to hosted tools, which {HOSTED.split(' (')[0]}: none run here"),
     "metadata": row(HONOURED, HONOURED, "stored with the response and echoed in the Response object"),
     "moderation": both(REFUSED, "no moderation model runs here"),
-    "parallel_tool_calls": both(HINT, "the model decides how many calls it writes; swiftbox does not cut them"),
+    "parallel_tool_calls": both(HONOURED, "false: only the answer's first tool call is kept (as vLLM keeps it)"),
     "previous_response_id": row(HONOURED, REFUSED, "builtin: the stored conversation continues (404 when "
                                 f"unknown or evicted); {NATIVE}it keeps no responses unless started with "
                                 "VLLM_ENABLE_RESPONSES_API_STORE=1 (an unbounded store swiftbox does not turn on): "
@@ -239,7 +244,8 @@ MESSAGES: dict[str, Row] = {
     "system": both(HONOURED, "the leading system message"),
     "thinking": both(HONOURED, "enabled / adaptive render the template with enable_thinking, disabled without; "
                                "budget_tokens is a hint"),
-    "tool_choice": row(HONOURED, HONOURED, "builtin: auto and none (a 400 for any / tool: use vLLM)"),
+    "tool_choice": row(HONOURED, HONOURED, "builtin: auto and none (a 400 for any / tool: use vLLM); "
+                       "disable_parallel_tool_use keeps only the first tool call"),
     "tools": both(HONOURED, "custom tools with input_schema; server tools are a 400"),
     "user_profile_id": both(HINT, ABUSE),
     "workspace_id": both(HINT, "Anthropic's workspaces do not exist here"),

@@ -124,6 +124,8 @@ def to_chat(req: MessagesRequest, *, stream: Optional[bool] = None) -> ChatCompl
         body["tools"] = [_anthropic_tool(t, f"tools.{k}") for k, t in enumerate(req.tools)]
     if req.tool_choice is not None:
         body["tool_choice"] = _anthropic_choice(req.tool_choice)
+        if req.tool_choice.get("disable_parallel_tool_use") is True:
+            body["parallel_tool_calls"] = False
     if req.thinking is not None:
         kind = req.thinking.get("type")
         if kind not in ("enabled", "disabled", "adaptive"):
@@ -247,6 +249,8 @@ def responses_to_chat(req: ResponsesRequest, history: list[dict[str, Any]]) -> t
         body["tools"] = tools
     if req.tool_choice is not None:
         body["tool_choice"] = _responses_choice(req.tool_choice, bool(tools))
+    if req.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.reasoning is not None:
         effort = req.reasoning.get("effort")
         if effort not in (None, "none", "minimal", "low", "medium", "high", "xhigh"):

@@ -94,6 +94,61 @@ def test_reasoning_effort_switches_the_templates_thinking(live, oclient):
     assert used["none"] > used["high"]
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+CALLS = [{"id": f"call_{k}", "type": "function", "function": {"name": "get_weather", "arguments": f'{{"city": "{c}"}}'}}
+         for k, c in enumerate(["Paris", "Rome"])]
+
+
+@pytest.fixture
+def two_calls(live, monkeypatch):
+    """Toy writes no tool calls: its answers to a request with tools are read as two calls to get_weather (and
+    end at their first character, as a finished call does). What is under test is what is kept of them."""
+    from swiftbox.serving.toolformats.base import Parsed
+
+    backend = live[0].server.config.app.state.backend
+    real_params = backend.params
+
+    def params(req, *args):
+        found = real_params(req, *args)
+        if req.tools:
+            found.stop = [chr(c) for c in range(32, 127)] + ["\n"]
+        return found
+
+    monkeypatch.setattr(backend, "answer_parser", lambda req: lambda text: Parsed(None, None, [dict(c) for c in CALLS]))
+    monkeypatch.setattr(backend, "params", params)
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call(live, oclient, aclient, two_calls):
+    base = live[1]
+    both = oclient.chat.completions.create(model=base, messages=ASK, tools=TOOLS, max_tokens=4)
+    assert [c.id for c in both.choices[0].message.tool_calls] == ["call_0", "call_1"]
+    one = oclient.chat.completions.create(model=base, messages=ASK, tools=TOOLS, max_tokens=4,
+                                          parallel_tool_calls=False)
+    assert [c.id for c in one.choices[0].message.tool_calls] == ["call_0"]
+    streamed = [d for chunk in oclient.chat.completions.create(model=base, messages=ASK, tools=TOOLS, max_tokens=4,
+                                                               parallel_tool_calls=False, stream=True)
+                for choice in chunk.choices for d in choice.delta.tool_calls or []]
+    assert {d.index for d in streamed} == {0} and [d.id for d in streamed if d.id] == ["call_0"]
+    r_tools = [{"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}]
+    answer = oclient.responses.create(model=base, input="Weather?", tools=r_tools, max_output_tokens=4,
+                                      parallel_tool_calls=False)
+    assert [o.call_id for o in answer.output if o.type == "function_call"] == ["call_0"]
+    a_tools = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    msg = aclient.messages.create(model=base, max_tokens=4, messages=ASK, tools=a_tools,
+                                  tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+    assert [b.id for b in msg.content if b.type == "tool_use"] == ["call_0"]
+
+
+def test_first_call_only_on_a_streamed_reader():
+    """The streamed reader's events (toolformats): calls after the first dropped, text and reasoning kept."""
+    from swiftbox.serving.builtin.backend import first_call_only
+
+    events = [("reasoning", "r"), ("call", CALLS[0]), ("text", "t"), ("call", CALLS[1])]
+    assert first_call_only(events, 0) == events[:3]
+    assert first_call_only(events, 1) == [("reasoning", "r"), ("text", "t")]
+
+
 # -- Anthropic: prefill and stop sequences -----------------------------------------------------------------------
 
 def test_anthropic_prefill_continues_the_last_assistant_turn(live, aclient, oclient, toy_dir):

@@ -60,6 +60,19 @@ def special_tokens(tokenizer: Any) -> tuple[str, ...]:
     return tuple(sorted((t for t in found if t), key=lambda t: (-len(t), t)))
 
 
+def first_call_only(events: list[tuple[str, Any]], sent: int) -> list[tuple[str, Any]]:
+    """A streamed answer's reader events with every tool call after the first dropped (`sent`: calls already sent):
+    `parallel_tool_calls: false`, kept as vLLM keeps it (the first call)."""
+    kept = []
+    for kind, value in events:
+        if kind == "call":
+            if sent:
+                continue
+            sent += 1
+        kept.append((kind, value))
+    return kept
+
+
 def prompt_end(req) -> dict[str, bool]:
     """How the rendering ends: the assistant's header (add_generation_prompt) or, with vLLM's
     continue_final_message (an Anthropic prefill), inside the last assistant turn, as transformers renders it."""
@@ -509,6 +522,8 @@ class Run:
         since the last chunk."""
         found = output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
         found.stop_reason = self.streams[i].matched
+        if getattr(self.req, "parallel_tool_calls", None) is False:
+            found.tool_calls = found.tool_calls[:1]
         return found
 
     def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
@@ -543,6 +558,8 @@ class Run:
         events = reader.feed(delta) if delta else []
         if reason:
             events += reader.finish()
+        if getattr(self.req, "parallel_tool_calls", None) is False:
+            events = first_call_only(events, self.calls_sent[i])
         calls = sum(1 for kind, _ in events if kind == "call")
         chunks = self.bodies.chat_event_chunks(i, events, self.calls_sent[i],
                                                self.chat_logprobs(self.take_logprobs(i)) if events else None)
