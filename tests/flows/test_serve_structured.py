@@ -106,6 +106,11 @@ def test_bad_formats_and_biases_are_400s_naming_the_field(toy, client):
     with pytest.raises(openai.BadRequestError) as err:
         client.completions.create(model="toy", prompt="x", logit_bias={"-3": 1})
     assert err.value.body["param"] == "logit_bias"
+    for extra, param in (({"structured_outputs": {"json": SCHEMA}}, "structured_outputs"),   # vLLM's own extras
+                         ({"response_format": {"type": "json_object"}}, "response_format")):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.completions.create(model="toy", prompt="x", extra_body=extra)
+        assert err.value.body["param"] == param
     bad = {"type": "json_schema", "name": "x", "schema": {"allOf": [{"type": "string"}, {"type": "integer"}]}}
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(model="toy", input="hi", text={"format": bad})
