@@ -144,3 +144,11 @@ def test_logit_bias_keys_must_be_token_ids_and_biases_within_100():
         with pytest.raises(ApiError) as err:
             logit_bias(value)
         assert (err.value.status, err.value.param) == (400, "logit_bias")
+
+
+def test_without_llguidance_a_format_is_a_400_saying_what_to_install(monkeypatch, toy_grammars):
+    tok, _ = toy_grammars
+    monkeypatch.setitem(__import__("sys").modules, "llguidance", None)     # import llguidance -> ImportError
+    with pytest.raises(ApiError) as err:
+        Grammars(tok, {tok.eos_token_id}, len(tok)).compile("json_object", None, "output_config.format")
+    assert (err.value.status, err.value.param) == (400, "output_config.format") and "llguidance" in err.value.message

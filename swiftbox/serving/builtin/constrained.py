@@ -90,8 +90,12 @@ class Grammars:
     def compile(self, kind: str, schema: Optional[dict[str, Any]], param: str) -> Grammar:
         """kind 'json_schema' (with `schema`) or 'json_object'. A schema llguidance cannot compile, or a tokenizer
         it cannot read, is a 400 naming `param`."""
-        import llguidance
-
+        try:
+            import llguidance
+        except ImportError:
+            raise ApiError(400, f"{param}: structured output needs the llguidance package on this server (the serve "
+                                "extra: pip install 'llguidance>=1.7')", param=param,
+                           code="unsupported_field") from None
         try:
             lltok = self._tokenizer()
         except Exception as exc:  # noqa: BLE001 - a slow tokenizer, or one llguidance cannot read
