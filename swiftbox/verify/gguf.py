@@ -1,6 +1,8 @@
 """verify for a GGUF export (`quantize --method gguf`, with or without --adapter-only), engine llama.cpp.
 
-- files: the header reads, the tensor table holds what the header says, the decoder weights have the type the
+- files: the header reads (first with the bounded reader, swiftbox/hub/gguf_header.py: magic, every count and
+  length capped against the file's size, before gguf's GGUFReader reads its arrays eagerly), the tensor table
+  holds what the header says, the decoder weights have the type the
   manifest names, the tokenizer (model, tokens, end-of-sequence id) and the chat template are in the file, and
   the Modelfile's FROM / ADAPTER name files that are there;
 - engine: llama.cpp (the bindings) loads the file - a GGUF LoRA on its base - and agrees on the vocabulary;
@@ -57,9 +59,13 @@ def check_files(report: Report, model: Path | None, lora: Path | None, quant: di
     if model is None or not model.is_file():
         report.add("files", "gguf", False, f"no GGUF file found ({model or folder})")
         return None
+    from swiftbox.errors import UserError
+    from swiftbox.hub import gguf_header
+
     try:
+        gguf_header.read(model)           # bounded: a header that claims more than the file holds ends here
         info = gguf_file.read(model)
-    except ValueError as exc:
+    except (ValueError, UserError) as exc:
         report.add("files", f"{model.name}: header", False, str(exc))
         return None
     counts_ok = info.tensor_count == info.header_tensor_count and info.tensor_count > 0
@@ -91,12 +97,13 @@ def check_files(report: Report, model: Path | None, lora: Path | None, quant: di
                "model's own format")
     if lora is not None:
         try:
+            gguf_header.read(lora)
             adapter = gguf_file.read(lora)
             ok = adapter.general_type == "adapter" and adapter.meta.get("adapter.type") == "lora"
             detail = (f"GGUF LoRA, {adapter.tensor_count} tensors, alpha {adapter.meta.get('adapter.lora.alpha')}"
                       if ok else f"general.type {adapter.general_type!r}, adapter.type "
                       f"{adapter.meta.get('adapter.type')!r} (expected adapter / lora)")
-        except ValueError as exc:
+        except (ValueError, UserError) as exc:
             ok, detail = False, str(exc)
         report.add("files", f"{lora.name}: LoRA", ok, detail)
     if folder is not None:

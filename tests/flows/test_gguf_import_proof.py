@@ -99,13 +99,23 @@ def _header(kvs: bytes, n_kv: int, n_tensors: int = 0) -> bytes:
 BOMBS = {
     "array length": _header(_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 40), 1),
     "numeric array": _header(_string("x.scores") + struct.pack("<IIQ", 9, 6, 10**12), 1),
-    "nesting": _header(_string("deep") + b"".join(struct.pack("<IQ", 9, 1) for _ in range(500)), 1),
+    "nesting": _header(_string("deep") + struct.pack("<I", 9) + b"".join(struct.pack("<IQ", 9, 1) for _ in range(500)),
+                       1),
     "string size": _header(_string("general.name") + struct.pack("<IQ", 8, 1 << 50), 1),
     "metadata count": _header(b"", 10**15),
     "tensor count": _header(b"", 0, 10**12),
     "tensor size": _header(_string("general.architecture") + struct.pack("<I", 8) + _string("qwen2"), 1, 1)
     + _string("token_embd.weight") + struct.pack("<IQQIQ", 2, 1 << 20, 1 << 20, 0, 0),
 }
+
+
+CAUGHT_BY = {"array length": "'tokenizer.ggml.tokens' declares 1099511627776 elements",
+             "numeric array": "'x.scores' declares 1000000000000 elements",
+             "nesting": "'deep[0][0]' nests arrays more than 2 deep",
+             "string size": "general.name is 1125899906842624 bytes long",
+             "metadata count": "declares 1000000000000000 metadata entries",
+             "tensor count": "declares 1000000000000 tensors",
+             "tensor size": "'token_embd.weight' declares [1048576, 1048576] values, more than the file can hold"}
 
 
 @pytest.mark.parametrize("case", sorted(BOMBS))
@@ -115,8 +125,9 @@ def test_a_small_header_that_claims_a_lot_is_refused_at_once(case, tmp_path, cac
     bomb = tmp_path / "bomb.gguf"
     bomb.write_bytes(BOMBS[case].ljust(1024, b"\0"))
     began = time.perf_counter()
-    with pytest.raises(UserError, match="bomb.gguf: "):
+    with pytest.raises(UserError, match="bomb.gguf: ") as err:
         resolve_model(str(bomb))
+    assert CAUGHT_BY[case] in str(err.value)
     assert time.perf_counter() - began < 2.0 and _nothing_cached(cache)
 
 
@@ -164,3 +175,16 @@ def test_a_damaged_conversion_is_rebuilt_with_one_line(toy_dir, tmp_path, cache,
     assert again.keys() == weights.keys() and all(torch.equal(again[k], weights[k]) for k in weights)
     (first / "model.safetensors").write_bytes(b"half")                  # truncated: rebuilt too
     assert resolve_model(str(good)) == first and (first / "model.safetensors").stat().st_size > 1000
+
+
+def test_verify_reads_a_bomb_header_boundedly(tmp_path):
+    from swiftbox.verify.gguf import check_files
+    from swiftbox.verify.report import Report
+
+    bomb = tmp_path / "bomb.gguf"
+    bomb.write_bytes(BOMBS["nesting"].ljust(1024, b"\0"))
+    report = Report(str(tmp_path), "llama.cpp")
+    began = time.perf_counter()
+    assert check_files(report, bomb, None, {}, None) is None
+    assert time.perf_counter() - began < 2.0
+    assert "nests arrays more than 2 deep" in report.failures[0].detail
