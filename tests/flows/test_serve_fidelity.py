@@ -134,6 +134,7 @@ def test_parallel_tool_calls_false_keeps_the_first_call(live, oclient, aclient, 
     answer = oclient.responses.create(model=base, input="Weather?", tools=r_tools, max_output_tokens=4,
                                       parallel_tool_calls=False)
     assert [o.call_id for o in answer.output if o.type == "function_call"] == ["call_0"]
+    assert answer.parallel_tool_calls is False            # echoed as sent
     a_tools = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
     msg = aclient.messages.create(model=base, max_tokens=4, messages=ASK, tools=a_tools,
                                   tool_choice={"type": "auto", "disable_parallel_tool_use": True})

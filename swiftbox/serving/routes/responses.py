@@ -37,7 +37,8 @@ def echo(body: ResponsesRequest) -> dict[str, Any]:
     return {"instructions": body.instructions, "tools": body.tools or [], "tool_choice": body.tool_choice or "auto",
             "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
             "previous_response_id": body.previous_response_id, "reasoning": body.reasoning, "store": body.store,
-            "metadata": body.metadata or {}, "user": body.user}
+            "metadata": body.metadata or {}, "user": body.user,
+            "parallel_tool_calls": body.parallel_tool_calls is not False}
 
 
 @router.post("/v1/responses")
