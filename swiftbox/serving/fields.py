@@ -266,6 +266,7 @@ EXTRAS: dict[str, dict[str, Row]] = {"chat": CHAT_EXTRAS, "completions": COMPLET
 
 _logged: set[tuple[str, str]] = set()
 _lock = threading.Lock()
+MAX_LOGGED = 1024        # distinct unknown names remembered; past it clients' made-up names are no longer logged
 
 
 def lookup(api: str, name: str) -> Row | None:
@@ -289,9 +290,12 @@ def screen(api: str, body: Any, engine: str) -> None:
 def ignored(api: str, name: str) -> None:
     """Log an unknown field the first time it is seen on this endpoint (not per request)."""
     with _lock:
-        if (api, name) in _logged:
+        if (api, name) in _logged or len(_logged) > MAX_LOGGED:
             return
         _logged.add((api, name))
+        if len(_logged) > MAX_LOGGED:
+            log.warning("%d unknown field names logged; further ones are ignored without a word", MAX_LOGGED)
+            return
     log.warning("%s: ignoring the unknown field %r (not in the SDK's request type or swiftbox's known extras; "
                 "logged once)", PATHS[api], name[:100])
 

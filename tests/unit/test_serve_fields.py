@@ -163,3 +163,15 @@ def test_the_vllm_front_door_screens_before_relaying(tmp_path):
     finally:
         server.stop()
         proc.stop()
+
+
+def test_the_once_per_name_memory_is_bounded(monkeypatch, caplog):
+    """A client inventing a new field name per request cannot grow the server's memory of logged names."""
+    monkeypatch.setattr(fields, "_logged", set())
+    monkeypatch.setattr(fields, "MAX_LOGGED", 5)
+    with caplog.at_level(logging.WARNING, logger="swiftbox.serve"):
+        for k in range(50):
+            fields.screen("chat", {f"made_up_{k}": 1}, "builtin")
+    assert len(fields._logged) == 6
+    assert sum("made_up_" in r.getMessage() for r in caplog.records) == 5
+    assert any("further ones" in r.getMessage() for r in caplog.records)
