@@ -122,6 +122,21 @@ def test_bad_formats_and_biases_are_400s_naming_the_field(toy, client):
     assert "output_config.format" in r.json()["error"]["message"]
 
 
+def test_a_prompt_that_opens_reasoning_refuses_a_format(toy, client, monkeypatch):
+    """A template whose generation prompt opens the reasoning block (DeepSeek-R1's way): the answer starts inside
+    it, and a format held from the first token would bind the reasoning - a 400 naming the field, not a wrong
+    answer. The same request without a format is answered."""
+    tokenizer = toy.server.config.app.state.backend.tokenizer
+    opens = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+             "{% if add_generation_prompt %}assistant: <think>\n{% endif %}")
+    monkeypatch.setattr(tokenizer, "chat_template", opens)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="toy", messages=MSG, response_format=FORMAT, max_tokens=4)
+    assert err.value.body["param"] == "response_format" and "reasoning" in err.value.body["message"]
+    answered = client.chat.completions.create(model="toy", messages=MSG, max_tokens=4, temperature=0)
+    assert answered.choices[0].finish_reason in ("stop", "length")
+
+
 def test_responses_text_format_and_messages_output_config_hold_the_answer(toy, client):
     r = client.responses.create(model="toy", input="Describe a thing.", temperature=0, max_output_tokens=120,
                                 text={"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA}})

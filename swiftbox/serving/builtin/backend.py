@@ -198,6 +198,14 @@ class BuiltinBackend:
         return toolformats.answer_parser(template if isinstance(template, str) else None, tools,
                                          hidden=self.special_tokens)
 
+    def opens_reasoning(self, prompt: Any) -> bool:
+        """Whether the generation prompt leaves the model's reasoning block open (DeepSeek-R1, Qwen3.5: the answer
+        starts inside it)."""
+        from swiftbox.serving.toolformats.reasoning import opened_by, reasoning_of
+
+        template = getattr(self.tokenizer, "chat_template", None)
+        return opened_by(self.prompt_tail(prompt), reasoning_of(template if isinstance(template, str) else None))
+
     def prompt_tail(self, prompt: Any) -> str:
         """The end of a chat prompt as text, special tokens kept (does the generation prompt open reasoning?)."""
         return self.tokenizer.decode(list(prompt)[-16:], skip_special_tokens=False) if prompt else ""
@@ -299,6 +307,13 @@ class BuiltinBackend:
         prompt = await asyncio.to_thread(self.chat_prompt, req)
         params = self.params(req, len(prompt), DEFAULT_CHAT_MAX_TOKENS, "messages")
         params.grammar = await self.output_grammar(req)
+        if params.grammar is not None and self.opens_reasoning(prompt):
+            param = req.output_format[2]
+            raise ApiError(400, f"{param}: this model's prompt opens a reasoning block, and the built-in engine would "
+                                "hold the reasoning itself to the format; send chat_template_kwargs "
+                                "{\"enable_thinking\": false} where the template takes it, or use the vLLM engine (its "
+                                "reasoning parser applies the format after the reasoning)", param=param,
+                           code="unsupported_field")
         return await self._respond(req, prompt, params, request, chat=True, started=started)
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:
