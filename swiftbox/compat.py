@@ -339,7 +339,34 @@ def _render_limit() -> Any:
     return _RENDER_LIMIT
 
 
+_RENDER_TRACER: Any = None    # a ContextVar[trace function | None]: data/template_budget.py's clock
+
+
+def _render_tracer() -> Any:
+    global _RENDER_TRACER
+    if _RENDER_TRACER is None:
+        import contextvars
+
+        _RENDER_TRACER = contextvars.ContextVar("swiftbox_chat_template_tracer", default=None)
+    return _RENDER_TRACER
+
+
 def _capped_concat(pieces: Any) -> str:
+    """jinja runs a template while its `concat` consumes the output generator: the render budget's trace function
+    (if one is set in this context) watches exactly that, and nothing else of the caller's work."""
+    import sys
+
+    tracer = _render_tracer().get()
+    if tracer is not None and sys.gettrace() is None:
+        sys.settrace(tracer)
+        try:
+            return _join_capped(pieces)
+        finally:
+            sys.settrace(None)
+    return _join_capped(pieces)
+
+
+def _join_capped(pieces: Any) -> str:
     limit = _render_limit().get()
     if limit is None:
         return "".join(pieces)
@@ -372,3 +399,19 @@ def chat_template_output_capped(templates: list[str], limit: int) -> Iterator[No
         yield
     finally:
         _render_limit().reset(token)
+
+
+@contextlib.contextmanager
+def chat_template_traced(templates: list[str], tracer: Callable[..., Any]) -> Iterator[None]:
+    """While active (this thread / context), `tracer` is this thread's trace function for as long as jinja runs one
+    of `templates` (inside the same patched `concat` as chat_template_output_capped, which leaves the output uncapped
+    when no cap is active)."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    for template in templates:
+        _compile_jinja_template(template).environment.concat = _capped_concat
+    token = _render_tracer().set(tracer)
+    try:
+        yield
+    finally:
+        _render_tracer().reset(token)

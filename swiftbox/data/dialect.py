@@ -100,7 +100,14 @@ def dialect(tokenizer) -> Dialect:
     """The template's dialect, probed once per tokenizer + template."""
     key = (id(tokenizer), getattr(tokenizer, "chat_template", None))
     if key not in _DIALECTS:
-        _DIALECTS[key] = _probe(tokenizer)
+        from swiftbox.data.template_budget import TemplateOverBudget, budget, template_sources
+
+        name = str(getattr(tokenizer, "name_or_path", "") or "the tokenizer")
+        with budget(name, template_sources(tokenizer)) as clock:    # the probes run under the render budget too
+            found = _probe(tokenizer)
+        if clock.exceeded:               # a probe swallowed the stop: the template is over budget all the same
+            raise TemplateOverBudget(name, clock.seconds)
+        _DIALECTS[key] = found
     return _DIALECTS[key]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from swiftbox.compat import TemplateOutputTooLong
-from swiftbox.data import dialect
+from swiftbox.data import dialect, template_budget
 from swiftbox.errors import UserError
 
 THINK_TAG = re.compile(r"</?think>")
@@ -61,9 +61,11 @@ def render(tokenizer, messages: list[dict], tools: Optional[list] = None, *, gen
     bad input: one line naming the template."""
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt, **template_kwargs}
     msgs, tools = dialect.adapt(tokenizer, _clean(messages), tools)
+    name = template_name(tokenizer)
     try:
-        return dialect.apply(tokenizer, msgs, tools, kwargs)
-    except TemplateOutputTooLong:      # the server's cap on the rendering (compat.chat_template_output_capped)
+        with template_budget.budget(name, template_budget.template_sources(tokenizer, kwargs.get("chat_template"))):
+            return dialect.apply(tokenizer, msgs, tools, kwargs)
+    except (TemplateOutputTooLong, UserError):  # the server's cap / the time and size budget (template_budget.py)
         raise
     except Exception as first:  # noqa: BLE001 - a template raising is the data's or template's fault
         reason = str(first).splitlines()[0] if str(first) else type(first).__name__

@@ -161,9 +161,12 @@ def check_tokenizer(report: Report, label: str, spec, probe: list) -> object | N
         report.add("files", f"{label}: chat template", False, "the tokenizer has no chat_template; chat requests "
                    "cannot be rendered")
         return tok
+    from swiftbox.data.template_budget import budget, template_sources
+
     try:
-        for conv in probe:
-            tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        with budget(label, template_sources(tok)):       # time and output size bounded (data/template_budget.py)
+            for conv in probe:
+                tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - templates raise jinja and arbitrary errors
         report.add("files", f"{label}: chat template", False,
                    f"fails on the probe ({' '.join(str(exc).split())[:140]})")

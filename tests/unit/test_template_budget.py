@@ -1,0 +1,123 @@
+"""Chat templates render under a time and output-size budget (issue 43, class 3): a template that loops (always, or
+only on certain message text) is stopped inside its own loop within the budget with one line naming it; a template
+that prints hundreds of MB stops at the output cap; the budget costs next to nothing on a normal render."""
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+
+import httpx
+import pytest
+
+from swiftbox.data.template_budget import TemplateOverBudget
+from swiftbox.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# loops 10^10 times, printing nothing, only when a message says "spin"
+SPINS_ON_WORD = ("{% for message in messages %}{% if 'spin' in message['content'] %}{% for i in range(99999) %}"
+                 "{% for j in range(99999) %}{% endfor %}{% endfor %}{% endif %}{% endfor %}" + CHATML)
+PRINTS_A_LOT = "{% for i in range(99999) %}{% for j in range(99999) %}{{ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' }}" \
+               "{% endfor %}{% endfor %}"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def tok(toy_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(toy_dir)
+
+
+def test_a_looping_template_is_stopped_inside_its_loop(tok, monkeypatch):
+    from swiftbox.data.render import render
+
+    monkeypatch.setenv("SWIFTBOX_TEMPLATE_SECONDS", "0.5")
+    tok.chat_template = SPINS_ON_WORD
+    assert render(tok, HELLO).startswith("<|im_start|>user\nhello")     # other text: renders as ever
+    began = time.perf_counter()
+    with pytest.raises(TemplateOverBudget, match=r"the chat template of .* took more than 0\.5 s to render") as err:
+        render(tok, [{"role": "user", "content": "please spin"}])
+    assert time.perf_counter() - began < 3.0 and isinstance(err.value, UserError)
+    assert "\n" not in str(err.value)
+
+
+def test_a_template_that_prints_too_much_stops_at_the_cap(tok, monkeypatch):
+    import resource
+
+    from swiftbox.data.render import render
+
+    monkeypatch.setenv("SWIFTBOX_TEMPLATE_MAX_CHARS", "200000")
+    tok.chat_template = PRINTS_A_LOT
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(UserError, match=r"printed more than 200000 characters and was stopped"):
+        render(tok, HELLO)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000      # KB: no 300 MB string
+
+
+def test_the_start_up_check_is_bounded_too(tok, monkeypatch):
+    from swiftbox.verify.files import check_tokenizer
+    from swiftbox.verify.report import Report
+
+    monkeypatch.setenv("SWIFTBOX_TEMPLATE_SECONDS", "0.5")
+    monkeypatch.setattr("swiftbox.modeling.loading.load_tokenizer", lambda spec: tok)
+    tok.chat_template = SPINS_ON_WORD
+    report = Report("x", "builtin")
+    began = time.perf_counter()
+    check_tokenizer(report, "toy", None, [[{"role": "user", "content": "spin please"}]])
+    assert time.perf_counter() - began < 3.0
+    assert "took more than 0.5 s to render" in report.failures[0].detail
+
+
+def test_the_budget_costs_next_to_nothing_on_a_normal_render(tok):
+    from swiftbox.data import dialect
+    from swiftbox.data.template_budget import budget, template_sources
+
+    chat = [{"role": "user", "content": f"question {i}"} if i % 2 == 0 else {"role": "assistant", "content": "ok"}
+            for i in range(16)]
+    dialect.dialect(tok)
+
+    def timed(wrapped: bool) -> float:
+        runs = []
+        for _ in range(40):
+            began = time.perf_counter()
+            if wrapped:
+                with budget("toy", template_sources(tok)):
+                    tok.apply_chat_template(chat, tokenize=False)
+            else:
+                tok.apply_chat_template(chat, tokenize=False)
+            runs.append(time.perf_counter() - began)
+        return statistics.median(runs)
+
+    timed(True)
+    plain, guarded = timed(False), timed(True)
+    # measured on 2 busy cores: 0.18-0.32 ms plain, 0.52-0.77 ms with the budget (a request's tokenizing and
+    # generation take tens of ms and more); the clock runs only while jinja runs the template
+    assert guarded - plain < 0.0015, (plain, guarded)
+
+
+def test_a_server_answers_the_spinning_request_400_and_keeps_serving(toy_dir, tmp_path, monkeypatch):
+    from tests.support.serve_fixtures import KEY, start_server
+
+    monkeypatch.setenv("SWIFTBOX_TEMPLATE_SECONDS", "1")
+    model = tmp_path / "spinner"
+    shutil.copytree(toy_dir, model)
+    (model / "chat_template.jinja").write_text(SPINS_ON_WORD)
+    server, names, stop = start_server(str(model), max_batch_size=2)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        def ask(text: str) -> httpx.Response:
+            body = {"model": names.primary, "messages": [{"role": "user", "content": text}], "max_tokens": 2}
+            return httpx.post(server.url + "/v1/chat/completions", json=body, headers=auth, timeout=60)
+
+        assert ask("hello").status_code == 200
+        began = time.perf_counter()
+        answer = ask("spin forever")
+        assert answer.status_code == 400 and time.perf_counter() - began < 10, answer.text
+        assert "took more than 1 s to render" in answer.json()["error"]["message"]
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200 and ask("hello").status_code == 200
+    finally:
+        stop()
