@@ -169,3 +169,23 @@ def test_ms_swift_readme_command_trains_the_real_model(tmp_path, launch, real_mo
            "1e-4", "--lora_rank", "8", "--lora_alpha", "32", "--target_modules", "all-linear",
            "--gradient_accumulation_steps", "16", "--max_length", "512", "--output_dir", "out"))
     assert manifest(tmp_path / "out")["metrics"]["train_loss"] > 0
+
+
+def test_axolotl_lora_dpo_example_trains(tmp_path, launch):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"Is {n} even?", "chosen": "yes" if n % 2 == 0 else "no",
+                                         "rejected": "no" if n % 2 == 0 else "yes"}) + "\n" for n in range(2)))
+    config = yaml.safe_load((FIXTURES / "axolotl" / "instruct-dpo-lora-8b.yml").read_text())
+    for refused in ("load_in_8bit", "val_set_size", "optimizer", "special_tokens"):
+        config.pop(refused)   # refused by name (tests/unit/test_migrate.py; special_tokens: a new eos_token)
+    config.update(base_model="toy", chat_template="chatml", max_steps=1, bf16=False, output_dir="dpo_out",
+                  datasets=[{"path": str(pairs), "type": "chatml.prompt_pairs"}])
+    (tmp_path / "dpo.yml").write_text(yaml.safe_dump(config))
+    ok(launch("train", "dpo.yml"))
+    man = manifest(tmp_path / "dpo_out")
+    assert man["kind"] == "dpo" and man["config"]["beta"] == 0.1 and man["config"]["lora"]["targets"] == "all-linear"
+    assert man["metrics"]["train_loss"] > 0
+    config["datasets"][0]["type"] = "llama3.prompt_pairs"     # a pair type of another template family than toy's
+    (tmp_path / "dpo.yml").write_text(yaml.safe_dump(config))
+    rc, _, err = launch("train", "dpo.yml")
+    assert rc == 2 and "contradicts toy's own chat template" in err and len(err.strip().splitlines()) == 1
