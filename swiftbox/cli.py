@@ -138,8 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                        ("export", "merge (--merge_lora true) or quantize (--quant_method)"),
                        ("infer", "chat"), ("deploy", "serve")):
         p = sub.add_parser(name, help=f"ms-swift's `swift {name}` with its own flags: runs {kind} "
-                                      "(docs/migrating.md)")
-        p.add_argument("swift_args", nargs=argparse.REMAINDER)
+                                      "(docs/migrating.md)",
+                           description=f"`swift {name} --flag value ...` with swiftbox in place of swift: ms-swift's "
+                                       f"flag names and defaults, run as swiftbox's {kind}; a flag swiftbox cannot "
+                                       "honour is refused by name. Every flag: docs/migrating.md")
+        p.add_argument("swift_args", nargs=argparse.REMAINDER, metavar="--FLAG VALUE", help="ms-swift's flags")
 
     p = sub.add_parser("quickstart", help="run recipes/quickstart.yaml offline on the toy model (--model "
                                           "smollm2-135m-instruct: recipes/real-smollm2.yaml on a real model)")

@@ -311,3 +311,17 @@ def test_a_value_of_the_wrong_shape_is_one_line_for_every_key(tmp_path, slug):
                 translate(peer, {**base, key: bad}, "x.yaml", base=tmp_path)
             except UserError as exc:
                 assert "\n" not in str(exc)
+
+
+def test_an_ms_swift_argument_file_runs_as_a_recipe(tmp_path):
+    from swiftbox.recipe import load_recipe
+
+    rows = tmp_path / "d.jsonl"
+    rows.write_text(json.dumps({"query": "a", "response": "b", "rejected_response": "c"}) + "\n")
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"model": "toy", "rlhf_type": "kto", "tuner_type": "lora", "dataset": [str(rows)],
+                                "max_length": 64, "lora_rank": 4}))
+    recipe = load_recipe(args)
+    step = recipe.steps[0]
+    assert (recipe.name, step.kind, step.config.beta, step.config.lora.alpha, step.config.grad_accum) == \
+        ("args", "kto", 0.1, 32, 16)
