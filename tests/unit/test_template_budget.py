@@ -121,3 +121,61 @@ def test_a_server_answers_the_spinning_request_400_and_keeps_serving(toy_dir, tm
         assert httpx.get(server.url + "/health", timeout=10).status_code == 200 and ask("hello").status_code == 200
     finally:
         stop()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_serve_while_abandoned_requests_spin(toy_dir, tmp_path):
+    """A few abandoned requests on a template that spins on their text: /health still answers, and SIGTERM stops
+    the server within the budget (before, the renders ran on and the server never stopped)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.support.serve_fixtures import KEY, ROOT, free_port
+
+    model = tmp_path / "spinner"
+    shutil.copytree(toy_dir, model)
+    (model / "chat_template.jinja").write_text(SPINS_ON_WORD)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "SWIFTBOX_API_KEY": KEY, "PYTHONPATH": str(ROOT), "SWIFTBOX_TEMPLATE_SECONDS": "5"}
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "swiftbox", "serve", str(model), "--engine", "builtin",
+                                 "--device", "cpu", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(1)
+
+        def abandoned() -> None:
+            body = {"model": "spinner", "messages": [{"role": "user", "content": "spin"}], "max_tokens": 2}
+            try:
+                httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                           timeout=1)
+            except httpx.HTTPError:
+                pass                                   # the client gives up; the server keeps rendering
+
+        threads = [threading.Thread(target=abandoned) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        proc.wait(timeout=90)
+        assert time.monotonic() - began < 60, (tmp_path / "serve.log").read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
