@@ -172,14 +172,42 @@ def damage(target: Path, digest: str) -> Optional[str]:
             (record.get("gguf") or {}).get("sha256") != digest:
         return "its swiftbox.json is not this file's import record"
     files = record.get("files")
-    if not isinstance(files, dict) or not files:
-        return "its record lists no files (made by an older swiftbox)"
+    if not isinstance(files, dict) or not files:     # made before the record listed its files
+        return _legacy_damage(target)
     for name, size in files.items():
         path = target / str(name)
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, the conversion wrote {size}"
+    return None
+
+
+def _legacy_damage(target: Path) -> Optional[str]:
+    """An older conversion (its record lists no files): its config parses and every safetensors file holds the
+    bytes its own header says (a truncated or removed weights file is damage)."""
+    import struct
+
+    try:
+        json.loads((target / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return "config.json is missing or unreadable"
+    weights = sorted(target.glob("*.safetensors"))
+    if not weights:
+        return "model.safetensors is missing"
+    for path in weights:
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as fh:
+                (length,) = struct.unpack("<Q", fh.read(8))
+                if length > min(size, 100 << 20):
+                    return f"{path.name} is truncated"
+                header = json.loads(fh.read(length))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
+            return f"{path.name} is unreadable"
+        if size != 8 + length + end:
+            return f"{path.name} has {size} bytes, its header says {8 + length + end}"
     return None
 
 

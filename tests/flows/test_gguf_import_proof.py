@@ -175,6 +175,17 @@ def test_a_damaged_conversion_is_rebuilt_with_one_line(toy_dir, tmp_path, cache,
     assert again.keys() == weights.keys() and all(torch.equal(again[k], weights[k]) for k in weights)
     (first / "model.safetensors").write_bytes(b"half")                  # truncated: rebuilt too
     assert resolve_model(str(good)) == first and (first / "model.safetensors").stat().st_size > 1000
+    # a conversion made before records listed their files: intact is kept, its weights checked by their own header
+    legacy = {k: v for k, v in json.loads((first / "swiftbox.json").read_text()).items() if k != "files"}
+    (first / "swiftbox.json").write_text(json.dumps(legacy))
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model(str(good)) == first and (first / "model.safetensors").stat().st_mtime_ns == stamp
+    with open(first / "model.safetensors", "r+b") as fh:
+        fh.truncate((first / "model.safetensors").stat().st_size - 4)
+    capsys.readouterr()
+    assert resolve_model(str(good)) == first
+    assert "model.safetensors has" in capsys.readouterr().err and "files" in json.loads(
+        (first / "swiftbox.json").read_text())
 
 
 def test_verify_reads_a_bomb_header_boundedly(tmp_path):
