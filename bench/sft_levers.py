@@ -9,15 +9,19 @@ L1, L2, ...), so a lever and the default it is compared with share the machine's
 first (warm-up) step; tokens are the non-padding ones.
 
 Levers (one at a time, everything else the default):
-- sdpa_varlen: packed rows attend per sample (SWIFTBOX_CPU_ATTENTION=sdpa_varlen, swiftbox/device/attention.py)
-  instead of SDPA over a dense block-diagonal mask;
+- dense_mask: packed rows attend through SDPA over the dense block-diagonal mask (SWIFTBOX_CPU_ATTENTION=sdpa, the
+  override) instead of the default per-sample SDPA (sdpa_varlen, swiftbox/device/attention.py);
 - bf16_autocast: dtype bfloat16 (swiftbox's bf16 path), only where the CPU multiplies bf16 natively (AMX,
   AVX512-BF16, Arm BF16); elsewhere skipped with the reason;
 - padded: packing off, rows padded per batch (ungrouped, so the batches hold the same rows as the default's and
   the loss curves compare step by step);
 - lm_head_all_positions: TRL's fused head scores every position instead of only the labelled ones (swiftbox's
   default, swiftbox.compat.trl_scores_label_positions_only): what that default buys. TRL's chunked loss over the
-  vocabulary is always on (its fused head) and has no switch to measure.
+  vocabulary is always on (its fused head) and has no switch to measure;
+- checkpointing: activation checkpointing (gradient_checkpointing: true, non-reentrant): memory for recompute;
+- threads_1: one torch thread instead of one per core;
+- unfused_adamw: `optim: adamw_torch` (foreach) instead of the default fused AdamW (transformers 5, torch >= 2.8);
+- compile: the decoder stack under `torch.compile(dynamic=True)` (the LM head and loss stay eager).
 
 A lever is kept when it beats the default in every one of >= 2 rounds and its per-step loss curve matches the
 default's (fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median
@@ -47,7 +51,8 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
-LEVERS = ("sdpa_varlen", "bf16_autocast", "padded", "lm_head_all_positions")
+LEVERS = ("dense_mask", "bf16_autocast", "padded", "lm_head_all_positions", "checkpointing", "threads_1",
+          "unfused_adamw", "compile")
 JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
 LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
 
@@ -61,9 +66,12 @@ def uptime() -> str:
 
 def settings(side: str) -> dict:
     """The default and each lever alone."""
-    base = dict(attention="sdpa", dtype="float32", packing=None, label_only=True)
-    changes = {"default": {}, "sdpa_varlen": dict(attention="sdpa_varlen"), "bf16_autocast": dict(dtype="bfloat16"),
-               "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False)}
+    base = dict(attention="auto", dtype="float32", packing=None, label_only=True, checkpointing=False, threads=None,
+                optim=None, compile=False)
+    changes = {"default": {}, "dense_mask": dict(attention="sdpa"), "bf16_autocast": dict(dtype="bfloat16"),
+               "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False),
+               "checkpointing": dict(checkpointing=True), "threads_1": dict(threads=1),
+               "unfused_adamw": dict(optim="adamw_torch"), "compile": dict(compile=True)}
     return {**base, **changes[side]}
 
 
@@ -111,6 +119,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
                   max_length=JOB["max_length"], save_steps=10 ** 6, logging_steps=1, dtype=s["dtype"],
                   lora=LoraConfig(rank=JOB["rank"], alpha=JOB["alpha"], dropout=JOB["dropout"]),
                   packing=s["packing"], group_by_length=False if s["packing"] is False else None,
+                  gradient_checkpointing=s["checkpointing"],
                   profile=ProfileConfig(wait=1, warmup=0, active=2, profile_memory=False) if profile else None)
     losses: list[float] = []
 
@@ -120,6 +129,8 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
                 losses.append(round(float(logs["loss"]), 6))
 
     side_work = work / f"{side}-{time.monotonic_ns()}"
+    if s["threads"]:
+        torch.set_num_threads(s["threads"])
     with attention_env(s["attention"]):
         torch.manual_seed(JOB["seed"])
         tm = load_for_training(str(model_dir), cfg, platform, s["dtype"])
@@ -133,6 +144,11 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
 
             extra = profile_callbacks(cfg, ctx) + extra
         trainer = make_trainer(cfg, ctx, s["dtype"], tm.model, tm.tokenizer, train, None, side_work / "ckpt", extra)
+        if s["optim"]:
+            trainer.args.optim = s["optim"]          # read when the optimizer is created, at train()
+        if s["compile"]:
+            backbone = tm.model.get_base_model()
+            getattr(backbone, backbone.base_model_prefix).compile(dynamic=True)
         load = uptime()
         started = time.perf_counter()
         with trl_scores_label_positions_only() if s["label_only"] else contextlib.nullcontext():
@@ -141,7 +157,8 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
     out = {"side": side, "tokens_per_s": round(timer.tokens_per_second(), 2), "steps": trainer.state.global_step,
            "wall_s": round(wall, 1), "losses": losses, "attn_implementation": attn, "dtype": s["dtype"],
            "batching": describe_batching(cfg, platform, str(tm.model.config.model_type)),
-           "label_positions_only": s["label_only"], "load_before": load, "load_after": uptime()}
+           "label_positions_only": s["label_only"], "torch_threads": torch.get_num_threads(),
+           "load_before": load, "load_after": uptime()}
     if profile:
         summary = json.loads((side_work / "profile" / "summary.json").read_text())
         out = {"side": side, "phase_share": {k: round(v, 3) for k, v in summary.get("phase_share", {}).items()},

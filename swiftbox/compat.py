@@ -51,6 +51,61 @@ def trl_scores_label_positions_only() -> Iterator[None]:
         trl_utils._use_triton = original
 
 
+# -- TRL: the fused LM head's tiles sized for memory -------------------------------------------------------
+# TRL's chunked log-prob function projects [4096 tokens x 32768 vocabulary columns] tiles in fp32 (512 MB each, and
+# its softmax temporaries beside them): on a 49k vocabulary that is 2/3 of the full logits at once. Smaller tiles
+# keep the same loss (the log-sum-exp is folded tile by tile either way; tests/unit/test_chunked_loss.py).
+LM_HEAD_TILE = {"tokens": 1024, "vocab": 8192}
+
+
+@contextlib.contextmanager
+def trl_lm_head_tiles(tokens: int = LM_HEAD_TILE["tokens"], vocab: int = LM_HEAD_TILE["vocab"]) -> Iterator[None]:
+    """While active, TRL's fused LM head works on [tokens x vocab] tiles: `trl.kernels.chunked_logprob.
+    TOKEN_CHUNK_SIZE` (read per call) and `trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE` (the vocabulary chunk the
+    fused forward passes), replaced for the duration and restored after."""
+    import trl.kernels.chunked_logprob as kernel
+    import trl.trainer.utils as trl_utils
+
+    saved = kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
+    kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = tokens, vocab
+    try:
+        yield
+    finally:
+        kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = saved
+
+
+# -- PEFT: LoRA dropout fused into lora_A (no float copies of the input kept for backward) -----------------
+@contextlib.contextmanager
+def peft_lora_dropout_fused(model: Any, dropout_a_forward: Callable[[Any, float], Any]) -> Iterator[int]:
+    """While active, every plain LoRA Linear layer (`peft.tuners.lora.layer.Linear`, vanilla adapters: no DoRA or
+    other variant) applies its dropout inside its `lora_A[adapter]` projection: `dropout_a_forward(lora_A, p)` makes
+    that forward (swiftbox.training.lora_dropout: bit-identical on the CPU, half the activation memory of a LoRA
+    step). PEFT's forward computes `lora_B(lora_A(dropout(x)))`; the `lora_dropout[adapter]` entry becomes an
+    `nn.Identity` and `lora_A[adapter]` gets the instance `forward`. Yields how many adapters were fused; restores
+    both after (no parameters change, so the state dict and the saved adapter are the same)."""
+    import torch
+    from peft.tuners.lora.layer import Linear
+
+    done: list[tuple[Any, str, Any, Any]] = []
+    for layer in model.modules():
+        if type(layer) is not Linear:
+            continue
+        for name, drop in list(layer.lora_dropout.items()):
+            lora_a = layer.lora_A[name] if name in layer.lora_A else None
+            if (not isinstance(drop, torch.nn.Dropout) or drop.p <= 0 or name in layer.lora_variant
+                    or not isinstance(lora_a, torch.nn.Linear) or lora_a.bias is not None):
+                continue
+            done.append((layer, name, drop, lora_a))
+            layer.lora_dropout[name] = torch.nn.Identity()
+            lora_a.forward = dropout_a_forward(lora_a, drop.p)
+    try:
+        yield len(done)
+    finally:
+        for layer, name, drop, lora_a in done:
+            layer.lora_dropout[name] = drop
+            del lora_a.forward
+
+
 # -- TRL: preference data tokenized by swiftbox, not re-tokenized by the trainer -----------------------------
 PRETOKENIZED = {"dpo": ("prompt_ids", "chosen_ids", "rejected_ids"), "kto": ("prompt_ids", "completion_ids")}
 

@@ -28,6 +28,11 @@ import sys
 import time
 from pathlib import Path
 
+try:                                     # bench/peers/memory.py: beside this script when run as one
+    from memory import Ledger
+except ImportError:                      # imported as the `peers` package (tests)
+    from peers.memory import Ledger
+
 JOB = dict(batch=8, lr=1e-4, epochs=1, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0, logging_steps=5,
            beta=0.1)
 
@@ -46,6 +51,7 @@ class Probe:
         self.rows: list[int] = []
         self.first_start: float | None = None
         self.trainers: list = []
+        self.ledger = Ledger()
 
     def summary(self) -> dict:
         if len(self.stamps) < 2:
@@ -117,7 +123,8 @@ def install_probe(probe: Probe) -> None:
         def training_step(model, inputs, *a, **kw):
             if probe.first_start is None:
                 probe.first_start = time.perf_counter()
-            out = step(model, inputs, *a, **kw)
+            with probe.ledger.step(model):
+                out = step(model, inputs, *a, **kw)
             probe.stamps.append(time.perf_counter())
             probe.tokens.append(count_tokens(inputs))
             probe.rows.append(count_rows(inputs))
@@ -125,6 +132,7 @@ def install_probe(probe: Probe) -> None:
 
         self.training_step = training_step
         probe.trainers.append(self)
+        probe.ledger.attach(self)
 
     transformers.Trainer.__init__ = init
 
@@ -272,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     RUNNERS[opts.framework](opts.method, opts.model, opts.data, work, opts.extra)
     result = {"framework": opts.framework, "method": opts.method, "wall_s": round(time.perf_counter() - started, 2),
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **probe.summary(),
+              "memory": probe.ledger.report(),
               **({"notes": NOTES} if NOTES else {})}
     print("PEER_RESULT " + json.dumps(result), flush=True)
     return 0

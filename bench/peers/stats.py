@@ -12,6 +12,15 @@ DEFAULT_SIDES = ("swiftbox", "hf", *PEER_NAMES)
 PRIMARY = {"sft": "tokens_per_s", "dpo": "tokens_per_s"}
 
 
+def _gib(report: dict) -> dict:
+    def conv(v):
+        if isinstance(v, dict):
+            return {k: conv(x) for k, x in v.items()}
+        return round(v / 2 ** 30, 3) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 4096 else v
+
+    return {k: conv(v) for k, v in report.items() if k != "malloc"}
+
+
 def parse_sides(text: str | None, method: str) -> list[str]:
     """`swiftbox,ms-swift` -> the sides to run, swiftbox first; hf (the plain-Trainer baseline) is SFT only."""
     sides = [s.strip() for s in text.split(",") if s.strip()] if text else list(DEFAULT_SIDES)
@@ -68,6 +77,8 @@ def summary(results: list[dict], sides: list[str], method: str) -> dict:
             "peak_rss_gb": median_spread([x["peak_rss_bytes"] / 2 ** 30 for x in ok if x.get("peak_rss_bytes")]),
             "final_loss": median_spread([x.get("final_loss") for x in ok]),
             "runs": len(mine), "failed": [x["error"] for x in mine if x.get("error")],
+            # what holds the peak (bench/peers/memory.py), GiB, from the side's first finished run
+            "memory_gib": next((_gib(x["memory"]) for x in ok if x.get("memory")), None),
         }
     peers = [s for s in sides if s in PEER_NAMES]
     for side in sides:

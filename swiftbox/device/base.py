@@ -119,6 +119,11 @@ class Platform:
     def reset_peak_memory(self) -> None:
         return None
 
+    def training_memory(self) -> str | None:
+        """Set up this process's memory for a training run (called once before the model loads); says what it did,
+        or None where nothing is needed."""
+        return None
+
     # -- precision -------------------------------------------------------------------------
     def bf16_supported(self) -> bool:
         return False

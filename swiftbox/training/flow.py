@@ -23,7 +23,7 @@ The flow runs the same in one process and in each torchrun worker: the runner de
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
@@ -113,12 +113,15 @@ class TrainingFlow(Generic[T]):
         return common_args(self.cfg, self.ctx, self.dtype, checkpoints)
 
     def scoring(self) -> AbstractContextManager[Any]:
-        """Around train (and a step's own evaluate): TRL's LM heads score only the label positions."""
-        if not self.labels_only:
-            return nullcontext()
-        from swiftbox.compat import trl_scores_label_positions_only
+        """Around train (and a step's own evaluate): TRL's fused LM heads work on memory-sized tiles
+        (compat.trl_lm_head_tiles) and score only the label positions."""
+        from swiftbox.compat import trl_lm_head_tiles, trl_scores_label_positions_only
 
-        return trl_scores_label_positions_only()
+        stack = ExitStack()
+        stack.enter_context(trl_lm_head_tiles())
+        if self.labels_only:
+            stack.enter_context(trl_scores_label_positions_only())
+        return stack
 
     @property
     def artifact(self) -> str:
@@ -136,6 +139,7 @@ class TrainingFlow(Generic[T]):
         cfg, ctx = self.cfg, self.ctx
         self.read()                                        # bad data fails before any weights load
         callbacks.silence_libraries()
+        ctx.platform.training_memory()                     # CPU: freed tensors go back to the OS (device/cpu.py)
         tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head)
         if self.chat_template:
             data.use_chat_template(tm.tokenizer, cfg.chat_template)
@@ -149,7 +153,11 @@ class TrainingFlow(Generic[T]):
         resume = checkpoints.resume_point(cfg, ckpt_dir, log)
         ctx.platform.reset_peak_memory()
         started = time.time()
-        with self.scoring():
+        from swiftbox.compat import peft_lora_dropout_fused
+        from swiftbox.training.lora_dropout import dropout_a_forward
+
+        # LoRA dropout inside lora_A: no float copies of the layers' inputs kept for backward (training/lora_dropout.py)
+        with self.scoring(), peft_lora_dropout_fused(tm.model, dropout_a_forward):
             output = trainer.train(resume_from_checkpoint=resume)
         run = Trained(trainer, output, time.time() - started, resume)
 

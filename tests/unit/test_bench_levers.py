@@ -15,7 +15,8 @@ import sft_levers as levers  # noqa: E402  (bench/sft_levers.py)
 
 def test_each_lever_changes_one_setting():
     default = levers.settings("default")
-    assert default == {"attention": "sdpa", "dtype": "float32", "packing": None, "label_only": True}
+    assert default == {"attention": "auto", "dtype": "float32", "packing": None, "label_only": True,
+                       "checkpointing": False, "threads": None, "optim": None, "compile": False}
     for lever in levers.LEVERS:
         changed = {k for k, v in levers.settings(lever).items() if default[k] != v}
         assert len(changed) == 1, (lever, changed)
@@ -47,7 +48,7 @@ def test_loss_curves_of_different_length_do_not_agree():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--levers", "sdpa_varlen,flash"], "unknown lever flash"),
+    (["--levers", "dense_mask,flash"], "unknown lever flash"),
     (["--rows", "16"], "--rows must be at least 24"),
     (["--rounds", "0"], "--rounds at least 1"),
 ])

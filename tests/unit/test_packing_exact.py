@@ -102,16 +102,19 @@ def test_sdpa_varlen_exact_in_bf16():
     assert check("llama", torch.bfloat16, attn="sdpa_varlen").outcome == "exact"
 
 
-def test_cpu_attention_lever_is_opt_in(monkeypatch):
+def test_cpu_packed_rows_attend_per_sample_by_default(monkeypatch):
     from swiftbox.device.cpu import ATTENTION_ENV, CpuPlatform
     from swiftbox.errors import UserError
 
     platform = CpuPlatform()
     monkeypatch.delenv(ATTENTION_ENV, raising=False)
+    assert platform.attn_implementation(True) == "sdpa_varlen"       # no dense block-diagonal mask by default
+    assert platform.attn_implementation(False) == "sdpa"
+    monkeypatch.setenv(ATTENTION_ENV, "sdpa")                         # the override: transformers' masked kernel
     assert platform.attn_implementation(True) == "sdpa"
     monkeypatch.setenv(ATTENTION_ENV, "sdpa_varlen")
     assert platform.attn_implementation(True) == "sdpa_varlen"
     assert platform.attn_implementation(False) == "sdpa"     # padded rows: transformers' SDPA
     monkeypatch.setenv(ATTENTION_ENV, "flash")
-    with pytest.raises(UserError, match="SWIFTBOX_CPU_ATTENTION: expected one of sdpa, sdpa_varlen"):
+    with pytest.raises(UserError, match="SWIFTBOX_CPU_ATTENTION: expected one of auto, sdpa, sdpa_varlen"):
         platform.attn_implementation(True)
