@@ -1,4 +1,4 @@
-"""`sdpa_varlen`: SDPA run once per packed sample instead of once over a dense block-diagonal mask (CPU, opt-in).
+"""`sdpa_varlen`: SDPA run once per packed sample instead of once over a dense block-diagonal mask (CPU default).
 
 A padding-free batch is one flattened row of several samples. transformers' `sdpa` attends over it with a dense
 (L x L) mask that keeps each sample to itself, so the attention costs L^2 for L tokens in all; per sample it is
@@ -8,9 +8,9 @@ the sum of l_i^2. `sdpa_varlen` reads the sample boundaries the padding-free col
 has one). Batches without boundaries (padded rows, evaluation, generation) go to transformers' `sdpa` unchanged,
 with the mask transformers built, so the name is safe to train any batch with.
 
-Opt-in on the CPU: `SWIFTBOX_CPU_ATTENTION=sdpa_varlen` (the default `sdpa` keeps transformers' kernel). Exact by
-test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row alone); opt-in while
-`bench sft-levers` disagrees across machines (1.42x on a 2-core EPYC, 0.98x on an AMX Xeon: docs/benchmarks.md).
+The CPU's default for packed batches (swiftbox/device/cpu.py; `SWIFTBOX_CPU_ATTENTION=sdpa` keeps transformers'
+masked kernel). Exact by test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row
+alone); measured 1.42x on an AVX512-BF16 EPYC, 1.12x on an AVX2 EPYC, 0.98x on a loaded AMX Xeon (docs/devices.md).
 """
 from __future__ import annotations
 
