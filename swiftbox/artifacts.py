@@ -201,4 +201,6 @@ def dir_size(path: str | os.PathLike) -> int:
 
 
 def is_adapter_dir(path: str | os.PathLike) -> bool:
-    return (Path(path) / "adapter_config.json").is_file()
+    from swiftbox.modeling.adapter_file import is_adapter_dir as marked
+
+    return marked(path)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.modeling.adapter_file import is_adapter_dir
 
 PREFIX = "gguf:"
 KIND = "gguf-import"
@@ -80,7 +81,7 @@ def gguf_file(path: Path, *, required: bool = False) -> Optional[Path]:
             raise UserError(f"{path}: not a .gguf file; expected a .gguf file or a directory holding one "
                             "(or a model directory with config.json)")
         return None
-    if not path.is_dir() or (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+    if not path.is_dir() or (path / "config.json").is_file() or is_adapter_dir(path):
         if required:
             raise UserError(f"{path}: expected a .gguf file or a directory holding exactly one")
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swiftbox.errors import UserError
+from swiftbox.modeling.adapter_file import is_adapter_dir
 
 
 def is_local_ref(ref: str) -> bool:
@@ -15,6 +16,6 @@ def is_local_ref(ref: str) -> bool:
 def check_local_model(path: Path) -> Path:
     if not path.is_dir():
         raise UserError(f"{path}: not a directory; expected a model directory (config.json + *.safetensors)")
-    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+    if (path / "config.json").is_file() or is_adapter_dir(path):
         return path
     raise UserError(f"{path}: holds no model (no config.json or adapter_config.json)")

@@ -14,6 +14,7 @@ from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir, read_manifest
 from swiftbox.errors import UserError
 from swiftbox.hub.resolve import resolve_model
+from swiftbox.modeling.adapter_file import AdapterFile
 from swiftbox.steps import DTYPE_NAMES
 
 
@@ -38,11 +39,7 @@ def adapter_base_ref(adapter: Path) -> str:
     manifest = read_manifest(adapter) or {}
     base = manifest.get("base_model")
     if not base:
-        try:
-            config = json.loads((adapter / "adapter_config.json").read_text())
-        except (OSError, ValueError, RecursionError):   # unreadable, not JSON, nested past the recursion limit
-            config = None
-        base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+        base = AdapterFile.read(adapter).base_model_name_or_path   # a malformed config: one line naming the field
     if base is not None and not isinstance(base, str):
         raise UserError(f"{adapter}: the adapter's base model is not a name or path ({type(base).__name__})")
     if not base:

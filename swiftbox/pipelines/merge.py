@@ -181,13 +181,9 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
 
 
 def _peft_type(adapter: Path) -> str:
-    import json
+    from swiftbox.modeling.adapter_file import AdapterFile
 
-    try:
-        config = json.loads((adapter / "adapter_config.json").read_text())
-    except (OSError, ValueError):
-        return "lora"
-    return "dora" if config.get("use_dora") else str(config.get("peft_type", "lora")).lower()
+    return AdapterFile.read(adapter).kind      # a malformed config: one line naming the file and the field
 
 
 def _datasets(adapters: list[Path]) -> list[str]:

@@ -19,7 +19,6 @@ hold however many clients load at once.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -27,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from swiftbox.modeling import adapter_file
+from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError, is_adapter_dir
 from swiftbox.serving import fit
 from swiftbox.serving.adapter_check import AdapterRefused, CheckedAdapter, check_config, check_weights, module_names_of
 from swiftbox.serving.errors import ApiError
 
 WEIGHTS = "adapter_model.safetensors"
-CONFIG = "adapter_config.json"
+CONFIG = adapter_file.CONFIG
 
 
 def refused(status: int, message: str, code: str, param: str = "lora_path") -> ApiError:
@@ -72,25 +73,26 @@ class AdapterPolicy:
         """The checked adapter to load, or ApiError with the reason (blocking: file reads)."""
         try:
             path = self.confine(raw_path)
-            config = self._config(path, raw_path)
+            record = self._config(path, raw_path)
         except (OSError, RuntimeError, ValueError) as exc:   # a name too long, a loop of links, ~nobody, ...
             reason = getattr(exc, "strerror", None) or type(exc).__name__
             raise refused(400, f"lora_path: cannot use {raw_path[:200]!r} ({reason})", "adapter_not_found") from None
         problem = self.base_problem(path)
         if problem:
             raise refused(400, f"lora_path: {problem}", "adapter_base_mismatch")
-        problems = self.engine_problems(path, config)
+        problems = self.engine_problems(path, record)
         if problems:
             raise refused(400, f"lora_path: the {self.engine} engine cannot serve this adapter: {'; '.join(problems)}",
                           "adapter_unsupported")
         self.check_count()
         try:
-            options = check_config(config, engine=self.engine, max_rank=self.rank_cap, module_names=self.module_names)
+            options = check_config(dict(record.raw), engine=self.engine, max_rank=self.rank_cap,
+                                   module_names=self.module_names)
             return check_weights(path, options, bytes_left=self.bytes_left(), keep=self.engine == "builtin",
                                  budget_hint=f"--max-adapter-memory-mb {self.max_bytes >> 20}; unload one first "
                                              "or restart with more")
         except AdapterRefused as why:
-            where = "adapter_config.json" if why.field != "weights" else "adapter_model.safetensors"
+            where = CONFIG if why.field != "weights" else "adapter_model.safetensors"
             raise refused(why.status, f"lora_path: {where}: {why}", why.code) from None
 
     # -- the count and memory of runtime adapters ---------------------------------------------------
@@ -140,25 +142,20 @@ class AdapterPolicy:
                               "adapter_path_forbidden")
         return real
 
-    def _config(self, path: Path, shown: str) -> dict:
+    def _config(self, path: Path, shown: str) -> AdapterFile:
         """The adapter's config; errors name the directory as the client wrote it (`shown`), never its real path."""
         shown = shown[:200]
-        if not (path / CONFIG).is_file():
+        if not is_adapter_dir(path):
             raise refused(400, f"lora_path: {shown} is not a LoRA adapter directory (no {CONFIG})", "not_an_adapter")
         try:
-            config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise refused(400, f"lora_path: {CONFIG} cannot be read ({exc.strerror or type(exc).__name__})",
-                          "not_an_adapter") from None
-        except (ValueError, RecursionError) as exc:
-            raise refused(400, f"lora_path: {CONFIG} cannot be read ({' '.join(str(exc).split())[:160]})",
-                          "not_an_adapter") from None
-        if not isinstance(config, dict):
-            raise refused(400, f"lora_path: {CONFIG} is not a JSON object", "not_an_adapter")
+            record = AdapterFile.read(path)
+        except AdapterFileError as exc:     # its reason names the file, never the server's path
+            raise refused(400, f"lora_path: {exc.reason}", "adapter_unsupported" if exc.field else "not_an_adapter"
+                          ) from None
         if not (path / WEIGHTS).is_file():
             raise refused(400, f"lora_path: {shown} has no {WEIGHTS} (swiftbox loads safetensors weights only)",
                           "not_an_adapter")
-        return config
+        return record
 
     def base_problem(self, path: Path) -> Optional[str]:
         """Why the adapter is not for this server's base model (None: it is). Never a download."""
@@ -177,14 +174,15 @@ class AdapterPolicy:
         named = shown_ref(ref) + (f"@{revision[:80]}" if isinstance(revision, str) and revision else "")
         return f"the adapter was trained on {named}; this server serves {self.base_name or shown_ref(self.base_ref)}"
 
-    def engine_problems(self, path: Path, config: dict) -> list[str]:
-        if config.get("peft_type", "LORA") != "LORA":
-            return [f"peft_type {config.get('peft_type')} (LoRA adapters only)"]
+    def engine_problems(self, path: Path, record: AdapterFile) -> list[str]:
+        problem = adapter_file.type_problem(record)
+        if problem:
+            return [problem]
         if self.engine == "builtin":
             return fit.adapter_problems_for_builtin(path)
 
         problems = fit.adapter_problems_for_vllm(path, self.base_vocab)
-        rank = fit.adapter_rank(config)
+        rank = record.max_rank
         if self.max_rank is not None and rank > self.max_rank:
             problems.append(f"rank {rank} > the server's max_lora_rank {self.max_rank} (restart it with "
                             f"--max-lora-rank {rank} or more)")
@@ -193,10 +191,9 @@ class AdapterPolicy:
 
 def _config_value(path: Path, key: str) -> Any:
     try:
-        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return AdapterFile.read(path).raw.get(key)
+    except AdapterFileError:
         return None
-    return config.get(key) if isinstance(config, dict) else None
 
 
 def shown_ref(ref: str) -> str:

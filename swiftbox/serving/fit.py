@@ -5,7 +5,8 @@ serve the picked model).
 LoRA adapters against vLLM's limits (vllm/lora/peft_helper.py refuses `modules_to_save`, DoRA and adapter
 bias; ranks above its largest `max_lora_rank` 512; LoRA only on linear layers, so no embedding/lm_head
 targets or resized vocabularies) - vllm-ascend reuses vLLM's LoRA code, so the same limits hold on NPU.
-The built-in engine serves what PEFT can pick per row of a batch (not DoRA: merge it first).
+The built-in engine serves what PEFT can pick per row of a batch (not DoRA: merge it first). The config-side
+rules are the adapter record's (swiftbox/modeling/adapter_file.py `limits`); this module adds the weight-file ones.
 Quantized checkpoints against what the engine runs here: which engines serve a method's exports is its record's
 (swiftbox/quant_methods.py `engines`), narrowed by the platform (its capability matrix and `vllm_quantizations`).
 """
@@ -16,78 +17,36 @@ from pathlib import Path
 from typing import Any, Optional
 
 from swiftbox import quant_methods
+from swiftbox.modeling import adapter_file
+from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError
 
 ENGINES = ("builtin", "vllm")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)    # vLLM's accepted --max-lora-rank values
-BUILTIN_MAX_LORA_RANK = 512     # the built-in engine's cap on runtime adapters (vLLM's largest max_lora_rank)
-# PEFT init_lora_weights values whose initialisation subtracts the adapter's start from the base weights
-# (peft/tuners/lora/layer.py: pissa_init, olora_init, corda_init, loftq_init, lora_ga_init): the trained adapter is
-# a delta on that rewritten base until save_pretrained(path_initial_model_for_weight_conversion=...) converts it
-BASE_REWRITING_PREFIXES = ("pissa", "olora", "corda", "loftq", "lora_ga")
-# the other inits leave the base alone: their trained adapter is a plain delta on the untouched base
-PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica")
-CONVERT_HINT = ("convert it to a plain LoRA with PEFT (model.save_pretrained(out, "
-                "path_initial_model_for_weight_conversion=<the adapter saved before training>))")
-NOT_LINEAR = ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out")
+BUILTIN_MAX_LORA_RANK = adapter_file.MAX_RUNTIME_RANK   # vLLM's largest max_lora_rank too
+NOT_LINEAR = adapter_file.NOT_LINEAR
+rewrites_base = adapter_file.rewrites_base
 
 
-def _read_config(adapter: Path) -> dict | str:
-    """The adapter's config, or why it cannot be read."""
+def _read(adapter: Path) -> AdapterFile | str:
+    """The adapter's record, or why its config cannot be read."""
     try:
-        config = json.loads((adapter / "adapter_config.json").read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        return f"adapter_config.json unreadable ({' '.join(str(exc).split())[:120]})"
-    return config if isinstance(config, dict) else "adapter_config.json is not a JSON object"
-
-
-def rewrites_base(init: Any) -> bool:
-    return isinstance(init, str) and init.lower().startswith(BASE_REWRITING_PREFIXES)
+        return AdapterFile.read(adapter)
+    except AdapterFileError as exc:
+        return exc.reason
 
 
 def init_problem(config: dict) -> Optional[str]:
     """Why `init_lora_weights` makes this adapter something other than a plain delta on its base (None: it does not)."""
-    init = config.get("init_lora_weights", True)
-    if rewrites_base(init):
-        return (f"init_lora_weights {init!r} rewrote the base weights while training, so this adapter is a delta on "
-                f"that rewritten base, not on the base it names; {CONVERT_HINT}")
-    if not (isinstance(init, bool) or init in PLAIN_INITS):
-        return f"init_lora_weights {str(init)[:80]!r} is not one PEFT knows"
-    return None
-
-
-def architecture_problems(config: dict) -> list[str]:
-    """Options that change the model rather than add a delta to it: no engine serves them as an adapter."""
-    if config.get("layer_replication"):
-        return [f"layer_replication {config['layer_replication']} (it changes the model's architecture by copying "
-                "layers; engines serve adapters that only add a delta: merge it and serve the merged model)"]
-    return []
+    return adapter_file.init_problem(config.get("init_lora_weights", True))
 
 
 def adapter_problems_for_vllm(adapter: Path, base_vocab: int | None) -> list[str]:
-    """What stops vLLM from serving this PEFT adapter (empty = it fits)."""
-    config = _read_config(adapter)
-    if isinstance(config, str):
-        return [config]
-    problems = architecture_problems(config)
-    if config.get("peft_type", "LORA") != "LORA":
-        problems.append(f"peft_type {config.get('peft_type')} (vLLM serves LoRA only)")
-    if config.get("modules_to_save"):
-        problems.append(f"modules_to_save {config['modules_to_save']} (vLLM only supports modules_to_save being None; "
-                        "merge the adapter and serve the merged model)")
-    if config.get("use_dora"):
-        problems.append("DoRA (vLLM does not support use_dora; merge it, or serve with --engine builtin)")
-    if config.get("bias", "none") != "none":
-        problems.append(f"bias {config['bias']!r} (vLLM does not load adapter biases)")
-    rank = adapter_rank(config)
-    if rank > max(LORA_RANKS):
-        problems.append(f"rank {rank} > {max(LORA_RANKS)}, vLLM's largest max_lora_rank")
-    targets = config.get("target_modules") or []
-    targets = [targets] if isinstance(targets, str) else list(targets) if isinstance(targets, list) else []
-    odd = [t for t in targets if any(n in t for n in NOT_LINEAR)]
-    if odd:
-        problems.append(f"target_modules {odd} (vLLM applies LoRA to linear layers only)")
-    problems += _resized_embeddings(adapter, base_vocab)
-    return problems
+    """What stops vLLM from serving this PEFT adapter (empty = it fits): the record's vLLM limits, and no full
+    embedding / lm_head weights or resized vocabulary in its weights file."""
+    record = _read(adapter)
+    if isinstance(record, str):
+        return [record]
+    return adapter_file.limits(record, "vllm") + _resized_embeddings(adapter, base_vocab)
 
 
 def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
@@ -114,32 +73,22 @@ def _resized_embeddings(adapter: Path, base_vocab: int | None) -> list[str]:
 def adapter_problems_for_builtin(adapter: Path) -> list[str]:
     """What stops the built-in engine from serving this adapter attached (empty = it fits): it picks an adapter
     per row (PEFT's `adapter_names`), which PEFT refuses for DoRA."""
-    config = _read_config(adapter)
-    if isinstance(config, str):
-        return [config]
-    if architecture_problems(config):
-        return architecture_problems(config)
-    if config.get("use_dora"):
-        return ["DoRA (PEFT cannot pick a DoRA adapter per row of a shared batch: 'Cannot pass `adapter_names` when "
-                "DoRA is enabled'; merge it and serve the merged model)"]
-    return []
+    record = _read(adapter)
+    return [record] if isinstance(record, str) else adapter_file.limits(record, "builtin")
 
 
 def adapter_rank(config: dict[str, Any]) -> int:
     """The largest LoRA rank in an adapter_config.json (`r`, and every per-module rank in `rank_pattern`)."""
-    pattern = config.get("rank_pattern") or {}
-    ranks = [config.get("r") or 0, *(pattern.values() if isinstance(pattern, dict) else [])]
-    ints = [r for r in ranks if isinstance(r, int) and not isinstance(r, bool)]
-    return max(ints) if ints else 0
+    try:
+        return AdapterFile.parse(config, Path(".")).max_rank
+    except AdapterFileError:
+        return 0
 
 
 def read_adapter_rank(adapter_dir: Path | str) -> Optional[int]:
-    """adapter_rank of the adapter in `adapter_dir` (None: no readable adapter_config.json)."""
-    try:
-        config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-        return adapter_rank(config) or None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    """The largest rank of the adapter in `adapter_dir` (None: no readable adapter_config.json)."""
+    record = _read(Path(adapter_dir))
+    return None if isinstance(record, str) else record.max_rank
 
 
 def adapter_problems(adapter: Path, engine: str, base_vocab: int | None = None) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.modeling.adapter_file import is_adapter_dir
 
 if TYPE_CHECKING:
     from swiftbox.device import Platform
@@ -47,7 +48,7 @@ def served_names(cfg: ServeStep, ref: str, spec: ModelSpec) -> Names:
     for name, path in extra.items():
         if not name or any(c.isspace() for c in name):
             raise UserError(f"adapters: bad adapter name {name!r}; expected name=path with a non-empty name")
-        if not (Path(path) / "adapter_config.json").is_file():
+        if not is_adapter_dir(path):
             raise UserError(f"adapters.{name}: {path} is not a LoRA adapter directory (no adapter_config.json)")
     if spec.adapters:
         base = _short(spec.base_ref)

@@ -54,11 +54,17 @@ def dtype_plan(cfg: TrainBase, ctx: StepContext) -> DtypePlan:
 def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_head: bool = False) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
     naming LoRA), the distributed combinations known not to work, trackers not installed (report_to), and an input
-    this step cannot train (`trainable_input`), before any output or torchrun start."""
+    this step cannot train (`trainable_input`), before any output or torchrun start. An adapter no engine will
+    serve attached (rank above the runtime cap) is trained, with one line saying so."""
+    from swiftbox.modeling.adapter_file import rank_problem
     from swiftbox.training import tracking
+    from swiftbox.training.outputs import log
 
     if cfg.method == "qlora":
         platform.require("qlora-bnb")
+    too_big = rank_problem(cfg.lora.rank) if cfg.method != "full" else None
+    if too_big:
+        log(f"warning: lora.rank {cfg.lora.rank}: {too_big}; serve it merged (merge step) or train a smaller rank")
     check_distributed(cfg, platform)
     tracking.check(cfg, platform)
     trainable_input(input, cfg, platform, reward_head=reward_head)

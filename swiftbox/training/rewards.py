@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from swiftbox.data.answers import matches, normalise
 from swiftbox.errors import UserError
+from swiftbox.modeling.adapter_file import is_adapter_dir
 from swiftbox.reward_spec import FORMS, NEEDS_REFERENCE, RewardSpec, parse_spec
 
 __all__ = ["FORMS", "RewardSpec", "build", "check_spec", "load_function", "parse_spec"]
@@ -37,7 +38,7 @@ def check_spec(spec: RewardSpec) -> None:
         load_function(spec)
     elif spec.kind == "model":
         path = Path(spec.arg).expanduser()
-        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        if not (path / "config.json").is_file() and not is_adapter_dir(path):
             raise UserError(f"reward {spec.text}: {spec.arg} is not a model directory (no config.json); expected the "
                             "output of an rm step")
 

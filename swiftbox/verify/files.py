@@ -9,10 +9,9 @@ template's end-of-turn token and does not turn sampling on by surprise.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from swiftbox.serving.fit import init_problem, rewrites_base
+from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError, init_problem, rewrites_base, type_problem
 from swiftbox.verify.report import Report
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -25,17 +24,12 @@ def _short(exc: BaseException, limit: int = 160) -> str:
 
 def check_adapter(report: Report, label: str, folder: Path) -> bool:
     """The adapter's config reads as PEFT reads it, says a plain delta, and its weights are finite."""
-    file = folder / "adapter_config.json"
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        report.add("files", f"{label}: config", False, f"adapter_config.json is not readable JSON ({_short(exc)})")
+        record = AdapterFile.read(folder)
+    except AdapterFileError as exc:
+        report.add("files", f"{label}: config", False, exc.reason)
         return False
-    problems = []
-    if not isinstance(config, dict):
-        problems.append(f"adapter_config.json holds a JSON {type(config).__name__}, not an object")
-    else:
-        problems += _config_problems(config)
+    problems = _config_problems(record)
     if not problems:
         try:
             from peft import PeftConfig
@@ -46,24 +40,16 @@ def check_adapter(report: Report, label: str, folder: Path) -> bool:
     if problems:
         report.add("files", f"{label}: config", False, "; ".join(problems))
         return False
-    report.add("files", f"{label}: config", True, f"{config.get('peft_type', 'LORA')} r={config.get('r')}, a plain "
+    report.add("files", f"{label}: config", True, f"{record.peft_type} r={record.r}, a plain "
                "delta on its base")
     return check_finite(report, label, sorted(folder.glob("*.safetensors")))
 
 
-def _config_problems(config: dict) -> list[str]:
-    problems = []
-    if config.get("peft_type", "LORA") != "LORA":
-        problems.append(f"peft_type {config.get('peft_type')!r}: swiftbox serves and merges LoRA adapters")
-    r, alpha = config.get("r"), config.get("lora_alpha", 8)
-    if not (isinstance(r, int) and not isinstance(r, bool) and r >= 1):
-        problems.append(f"r {r!r} is not a positive integer")
-    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha)):
-        problems.append(f"lora_alpha {alpha!r} is not a finite number")
-    init = init_problem(config)
+def _config_problems(record: AdapterFile) -> list[str]:
+    problems = [p for p in (type_problem(record),) if p]
+    init = init_problem(record.init)
     if init:
-        problems.append(init + (" and verify the converted one" if rewrites_base(config.get("init_lora_weights"))
-                                else ""))
+        problems.append(init + (" and verify the converted one" if rewrites_base(record.init) else ""))
     return problems
 
 

@@ -14,7 +14,7 @@ PKG = ROOT / "swiftbox"
 # (pipelines.base, the contract every pipeline implements, sits far below the pipelines themselves).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
-              "quant_methods", "procs")),
+              "quant_methods", "procs", "modeling.adapter_file")),
     ("device", ("device", "llamacpp")),
     ("contract", ("steps", "reward_spec", "pipelines.base", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),

@@ -11,12 +11,12 @@ k-quant types (a GGUF LoRA is f16, bf16 or q8_0).
 from __future__ import annotations
 
 import gc
-import json
 import time
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError, limits
 from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import QuantizeStep
 
@@ -26,17 +26,9 @@ ADAPTER_TYPES = ("f16", "bf16", "q8_0")
 def adapter_problems(adapter: Path) -> list[str]:
     """What a GGUF LoRA cannot hold (empty: it converts)."""
     try:
-        config = json.loads((adapter / "adapter_config.json").read_text())
-    except (OSError, ValueError) as exc:
-        return [f"adapter_config.json unreadable ({exc})"]
-    problems = []
-    if config.get("peft_type", "LORA") != "LORA":
-        problems.append(f"peft_type {config.get('peft_type')} (GGUF LoRA holds LoRA only)")
-    if config.get("use_dora"):
-        problems.append("DoRA (a GGUF LoRA has no magnitude vectors)")
-    if config.get("modules_to_save"):
-        problems.append(f"modules_to_save {config['modules_to_save']} (full layers are not LoRA matrices)")
-    return problems
+        return limits(AdapterFile.read(adapter), "gguf")
+    except AdapterFileError as exc:
+        return [exc.reason]
 
 
 def check_adapter(cfg: QuantizeStep, ref: str):
