@@ -20,6 +20,7 @@ spreads, `vs_best_peer` and `vs_hf`:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -125,19 +126,28 @@ def timer_callback():
 
 
 def run_side(name, build_trainer, platform):
-    from swiftbox.compat import trl_scores_label_positions_only
+    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
+    from swiftbox.training.lora_dropout import dropout_a_forward
 
     timer = timer_callback()
     platform.reset_peak_memory()
     with PeakRss() as rss:
         trainer = build_trainer(timer)
         started = time.perf_counter()
-        with trl_scores_label_positions_only():  # what the sft step does around train()
+        # what the sft step does around train() (training/flow.py); the plain baseline has no fused head or dropout
+        # to change, and its own PEFT dropout stays as PEFT runs it
+        fused = peft_lora_dropout_fused(trainer.model, dropout_a_forward) if name == "swiftbox" else _nothing()
+        with trl_lm_head_tiles(), trl_scores_label_positions_only(), fused:
             trainer.train()
         wall = time.perf_counter() - started
     device_peak = platform.max_memory_allocated() if platform.name != "cpu" else None
     return {"tokens_per_s": round(timer.tokens_per_second(), 1), "tokens": int(timer.tokens1),
             "wall_s": round(wall, 2), "peak_rss_bytes": rss.peak, "peak_device_bytes": device_peak}
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield 0
 
 
 def profile_side(build_trainer) -> None:
@@ -242,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     from swiftbox.training.model import lora_config
 
     platform = current_platform(opts.device)
+    platform.training_memory()                  # as the training flow does before the model loads
     dtype = platform.resolve_dtype("auto")
     cfg = SftStep(dataset="bench", max_steps=opts.steps, batch_size=opts.batch, learning_rate=1e-4, seed=opts.seed,
                   save_steps=10 ** 6, logging_steps=10 ** 6, max_length=512)   # batching: the default

@@ -105,16 +105,18 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
     from sft import timer_callback
     from transformers import TrainerCallback
 
-    from swiftbox.compat import trl_scores_label_positions_only
+    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
     from swiftbox.data import load_sft, tokenize_sft
     from swiftbox.device import current_platform
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import LoraConfig, ProfileConfig, SftStep
     from swiftbox.training.arguments import describe_batching
+    from swiftbox.training.lora_dropout import dropout_a_forward
     from swiftbox.training.model import load_for_training
 
     s = settings(side)
     platform = current_platform("cpu")
+    platform.training_memory()
     cfg = SftStep(dataset=str(data), epochs=1, batch_size=JOB["batch"], learning_rate=JOB["lr"], seed=JOB["seed"],
                   max_length=JOB["max_length"], save_steps=10 ** 6, logging_steps=1, dtype=s["dtype"],
                   lora=LoraConfig(rank=JOB["rank"], alpha=JOB["alpha"], dropout=JOB["dropout"]),
@@ -151,7 +153,11 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
             getattr(backbone, backbone.base_model_prefix).compile(dynamic=True)
         load = uptime()
         started = time.perf_counter()
-        with trl_scores_label_positions_only() if s["label_only"] else contextlib.nullcontext():
+        with contextlib.ExitStack() as stack:      # what the training flow runs train() under (training/flow.py)
+            stack.enter_context(trl_lm_head_tiles())
+            stack.enter_context(peft_lora_dropout_fused(tm.model, dropout_a_forward))
+            if s["label_only"]:
+                stack.enter_context(trl_scores_label_positions_only())
             trainer.train()
         wall = time.perf_counter() - started
     out = {"side": side, "tokens_per_s": round(timer.tokens_per_second(), 2), "steps": trainer.state.global_step,
