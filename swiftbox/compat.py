@@ -22,7 +22,8 @@ CHECKED_AGAINST = {
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values;
                                  # 5.24.0: integrations.gguf (is_gguf_arch_supported, dequant.GGML_NAME),
                                  # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES,
-                                 # chat_template_utils._compile_jinja_template (its Template's environment.concat)
+                                 # chat_template_utils._compile_jinja_template (its Template's environment.concat);
+                                 # the hybrid mixer classes' forward(hidden_states, cache, attention_mask, **kw)
     "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
     "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
     "llama-cpp-python": "0.3.36",  # its llama.cpp tree: conversion.base.TextModel.get_vocab_base_pre
@@ -470,3 +471,96 @@ def chat_template_traced(templates: list[str], tracer: Callable[..., Any]) -> It
         yield
     finally:
         _render_tracer().reset(token)
+
+
+# -- transformers: hybrid linear-attention / SSM / short-convolution mixers, one packed sample at a time ------
+# model_type -> the mixer classes (transformers' names) whose state must not cross a packed row's sample boundary.
+# Their forward is `forward(hidden_states, cache=None, attention_mask=None, **kwargs)` (transformers 5.24).
+HYBRID_MIXERS = {
+    "qwen3_next": ("qwen3_next", "Qwen3NextGatedDeltaNet"), "qwen3_5_text": ("qwen3_5", "Qwen3_5GatedDeltaNet"),
+    "qwen3_5_moe_text": ("qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet"),
+    "olmo_hybrid": ("olmo_hybrid", "OlmoHybridGatedDeltaNet"), "lfm2": ("lfm2", "Lfm2ShortConv"),
+    "lfm2_moe": ("lfm2_moe", "Lfm2MoeShortConv"),
+    "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybridMambaLayer"),
+    "nemotron_h": ("nemotron_h", "NemotronHMamba2Mixer"), "falcon_h1": ("falcon_h1", "FalconH1Mixer"),
+}
+HYBRID_MIXERS["qwen3_5"] = HYBRID_MIXERS["qwen3_5_text"]
+HYBRID_MIXERS["qwen3_5_moe"] = HYBRID_MIXERS["qwen3_5_moe_text"]
+PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+# Without causal_conv1d / fla / mamba_ssm, transformers refuses a packed batch in these mixers ("can't keep packed
+# sequences apart": integrations.hub_kernels). The per-sample path runs always, kernels installed or not: a kernel's
+# own boundary handling (cu_seqlens / seq_idx) is not trusted here until measured on a device that has it.
+
+
+def hybrid_mixer_classes() -> dict[str, Any]:
+    """model_type -> the transformers class of its mixer (imports transformers)."""
+    import importlib
+
+    return {t: getattr(importlib.import_module(f"transformers.models.{m}.modeling_{m}"), c)
+            for t, (m, c) in HYBRID_MIXERS.items()}
+
+
+def _sample_bounds(hidden_states: Any, cache: Any, kwargs: dict) -> list[int] | None:
+    """The packed row's sample boundaries (padding-free collator: cu_seq_lens_q, else seq_idx), or None when the
+    batch is not one packed training row (padded rows, a cache: generation)."""
+    import torch
+
+    if cache is not None or hidden_states.shape[0] != 1:
+        return None
+    length = hidden_states.shape[1]
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None and kwargs.get("seq_idx") is not None:
+        idx = kwargs["seq_idx"].reshape(-1)
+        change = (torch.nonzero(idx[1:] != idx[:-1]).reshape(-1) + 1).tolist()
+        return [0, *change, length] if idx.numel() == length else None
+    if cu is None:
+        return None
+    bounds = [int(b) for b in cu.tolist()]
+    return bounds if bounds[0] == 0 and bounds[-1] == length else None
+
+
+def _per_sample_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(hidden_states: Any, cache: Any = None, attention_mask: Any = None, **kwargs: Any) -> Any:
+        import torch
+
+        bounds = _sample_bounds(hidden_states, cache, kwargs)
+        if bounds is None:
+            return forward(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+        rest = {k: v for k, v in kwargs.items() if k not in PACKED_KWARGS}
+        pieces = [forward(hidden_states[:, s:e], cache=None, attention_mask=None, **rest)
+                  for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
+        return torch.cat(pieces, dim=1)
+    return wrapped
+
+
+def hybrid_mixers_per_sample(model: Any, model_type: str) -> Callable[[], None]:
+    """Keep a packed row's samples apart in the model's linear-attention / Mamba-2 / short-convolution mixers
+    (HYBRID_MIXERS): on a packed training row (batch of one with the collator's sample boundaries, no cache) the
+    mixer runs once per sample (without the packed-batch kwargs) and the outputs are concatenated. Other batches
+    pass through unchanged. Wraps the model's mixer instances (never the class); returns the function that unwraps
+    them. Any other model type: nothing to wrap."""
+    import importlib
+
+    if model_type not in HYBRID_MIXERS:
+        return lambda: None
+    name, cls = HYBRID_MIXERS[model_type]
+    mixer = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), cls)
+    wrapped = [m for m in model.modules() if isinstance(m, mixer) and "forward" not in vars(m)]
+    for m in wrapped:
+        m.forward = _per_sample_forward(m.forward)
+
+    def restore() -> None:
+        for m in wrapped:
+            del m.forward
+    return restore
+
+
+@contextlib.contextmanager
+def hybrid_mixers_per_sample_scoped(model: Any, model_type: str) -> Iterator[int]:
+    """`hybrid_mixers_per_sample` for the duration of a block; yields how many mixers it wrapped."""
+    before = sum("forward" in vars(m) for m in model.modules())
+    restore = hybrid_mixers_per_sample(model, model_type)
+    try:
+        yield sum("forward" in vars(m) for m in model.modules()) - before
+    finally:
+        restore()

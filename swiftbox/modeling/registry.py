@@ -144,16 +144,17 @@ PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0]
 # -- this year's families (issue 34) ----------------------------------------------------------------------
 # Packing concatenates rows and resets positions; that equals separate rows only where every layer is attention
 # masked per sequence. Linear-attention / state-space / convolution layers carry state across the boundary of
-# packed rows: for these model types packing is NOT exact and training pads or groups by length instead.
+# packed rows: for these model types packing is NOT exact and training pads or groups by length instead. The hybrid
+# families whose mixers swiftbox runs once per packed sample (compat.HYBRID_MIXERS: Qwen3.5 / Qwen3-Next / OLMo
+# hybrid Gated DeltaNet, LFM2 short convolutions, Falcon-H1 / Nemotron-H Mamba-2) are exact and pack (issue 42).
 # tests/unit/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
 PACKING_NOT_EXACT = {
-    "qwen3_5": "Gated DeltaNet linear attention", "qwen3_5_moe": "Gated DeltaNet linear attention",
-    "qwen3_5_text": "Gated DeltaNet linear attention", "qwen3_5_moe_text": "Gated DeltaNet linear attention",
-    "qwen3_next": "Gated DeltaNet linear attention", "olmo_hybrid": "Gated DeltaNet linear attention",
-    "granitemoehybrid": "Mamba-2 layers", "lfm2": "short convolutions", "lfm2_moe": "short convolutions",
-    "falcon_h1": "Mamba-2 layers", "kimi_linear": "Kimi Delta Attention", "nemotron_h": "Mamba-2 layers",
-    "jamba": "Mamba layers", "bamba": "Mamba-2 layers", "zamba2": "Mamba-2 layers", "mamba": "state-space layers",
-    "mamba2": "state-space layers", "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
+    # granitemoehybrid: its Mamba-2 layers run per sample (compat.hybrid_mixers_per_sample), but its SDPA attention
+    # mask ignores the packed rows' position_ids (exact only under sdpa_varlen / flash varlen: measured)
+    "granitemoehybrid": "an SDPA mask that ignores the packed rows' position_ids",
+    "kimi_linear": "Kimi Delta Attention", "jamba": "Mamba layers", "bamba": "Mamba-2 layers",
+    "zamba2": "Mamba-2 layers", "mamba": "state-space layers", "mamba2": "state-space layers",
+    "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
     # attention-only, yet not exact: transformers' GptOssModel builds its mask without position_ids, so the packed
     # rows' boundaries are never found and the rows attend to each other (measured: tests/unit/test_packing_exact.py)
     "gpt_oss": "a causal mask that ignores the packed rows' position_ids",

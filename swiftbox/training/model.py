@@ -168,6 +168,10 @@ def load_for_training(ref: str, cfg: TrainBase, platform: Platform, dtype: str, 
         model = auto.from_pretrained(spec.base, **kwargs)
     except OSError as exc:
         raise UserError(f"{spec.base}: cannot load model ({str(exc).splitlines()[0]})") from None
+    if packed:      # hybrid linear-attention / Mamba-2 / short-conv mixers run once per packed sample
+        from swiftbox.compat import hybrid_mixers_per_sample
+
+        hybrid_mixers_per_sample(model, config_model_type(spec.base))
     if qconf is not None:
         from peft import prepare_model_for_kbit_training
 

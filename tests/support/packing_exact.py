@@ -128,8 +128,14 @@ def _token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits[:-1].float(), labels[1:], ignore_index=-100, reduction="none")
 
 
-def check(model_type: str, dtype: torch.dtype = torch.float32, attn: str = "sdpa") -> Verdict:
+def check(model_type: str, dtype: torch.dtype = torch.float32, attn: str = "sdpa", per_sample: bool = True) -> Verdict:
+    """`per_sample`: the hybrid mixers keep packed samples apart the way swiftbox trains packed rows
+    (swiftbox.compat.hybrid_mixers_per_sample); False measures transformers alone."""
+    from swiftbox.compat import hybrid_mixers_per_sample
+
     model = tiny_model(model_type, dtype, attn)
+    if per_sample:
+        hybrid_mixers_per_sample(model, model_type)
     samples = rows()
     batch = packed_batch(samples)
     labels = batch.pop("labels")[0]

@@ -62,16 +62,17 @@ def test_batching_follows_the_policy():
     platform = CpuPlatform()
     default = SftStep(dataset="x")
     assert batching(default, platform, "llama") == (True, False)
-    assert batching(default, platform, "lfm2") == (False, True)        # pads and groups by length instead
-    assert "packing not exact on lfm2: short convolutions" in describe_batching(default, platform, "lfm2")
+    assert batching(default, platform, "jamba") == (False, True)       # pads and groups by length instead
+    assert "packing not exact on jamba: Mamba layers" in describe_batching(default, platform, "jamba")
+    assert batching(default, platform, "lfm2") == (True, False)        # its short convolutions run per sample
     assert describe_batching(default, platform, "qwen2") == "packing"
     for custom in ("internlm2", "baichuan"):      # custom-code attention: padded, and the header says why
         assert batching(default, platform, custom) == (False, True)
         assert "custom attention code" in describe_batching(default, platform, custom)
     assert batching(default, platform, "some_unknown_type") == batching(default, platform, "") == (True, False)
     assert batching(SftStep(dataset="x", packing=False), platform, "qwen3_next") == (False, True)
-    with pytest.raises(UserError, match="packing: true on qwen3_next.*Gated DeltaNet"):
-        batching(SftStep(dataset="x", packing=True), platform, "qwen3_next")
+    with pytest.raises(UserError, match="packing: true on kimi_linear.*Kimi Delta Attention"):
+        batching(SftStep(dataset="x", packing=True), platform, "kimi_linear")
 
 
 # families with an SDPA path: llama-like, GQA, MoE, sliding-window layers (gemma3_text: 4-token window)

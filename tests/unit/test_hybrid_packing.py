@@ -1,0 +1,65 @@
+"""Hybrid linear-attention / Mamba-2 / short-convolution families pack exactly (issue 42): swiftbox runs their mixer
+layers once per packed sample (swiftbox.compat.hybrid_mixers_per_sample), so a packed row gives every sample the
+per-token loss and gradients it gets alone, with no gradient across samples (tests/support/packing_exact.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from swiftbox import compat
+from swiftbox.modeling import registry
+from tests.support.packing_exact import ROW_LENGTHS, check, packed_batch, rows, tiny_model
+
+PER_SAMPLE = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "lfm2", "lfm2_moe", "falcon_h1",
+              "nemotron_h"]
+
+
+@pytest.mark.parametrize("model_type", PER_SAMPLE)
+def test_hybrid_family_packs_exactly_and_transformers_alone_does_not(model_type):
+    verdict = check(model_type)
+    assert verdict.outcome == "exact" and verdict.cross_grad == 0.0, verdict
+    assert registry.packing_policy(model_type) == "exact"
+    alone = check(model_type, per_sample=False)       # the reference conv / scan cannot keep the samples apart
+    assert alone.outcome in ("refused", "leaks"), alone
+
+
+def test_granite_hybrid_mixers_are_exact_but_its_sdpa_mask_leaks():
+    assert check("granitemoehybrid", attn="sdpa_varlen").outcome == "exact"
+    assert check("granitemoehybrid").outcome == "leaks"
+    assert registry.packing_policy("granitemoehybrid") == "padding"
+
+
+def test_mixer_runs_once_per_sample_and_unwraps(monkeypatch):
+    model = tiny_model("lfm2")
+    conv = next(m for m in model.modules() if type(m).__name__ == "Lfm2ShortConv")
+    lengths: list[int] = []
+    original = type(conv).forward
+
+    def spy(self, hidden_states, *a, **kw):
+        lengths.append(hidden_states.shape[1])
+        assert "seq_idx" not in kw and "cu_seq_lens_q" not in kw
+        return original(self, hidden_states, *a, **kw)
+
+    monkeypatch.setattr(type(conv), "forward", spy)
+    batch = packed_batch(rows())
+    batch.pop("labels")
+    with compat.hybrid_mixers_per_sample_scoped(model, "lfm2") as wrapped:
+        assert wrapped == 1
+        with torch.no_grad():
+            model(**batch, use_cache=False)
+        assert lengths == list(ROW_LENGTHS)
+        lengths.clear()
+        with torch.no_grad():     # padded rows (batch of two, no boundaries) pass through in one call
+            model(input_ids=torch.randint(3, 100, (2, 6)), use_cache=False)
+        assert lengths == [6]
+    assert "forward" not in vars(conv)
+    assert compat.hybrid_mixers_per_sample(model, "llama")() is None     # nothing to wrap elsewhere
+
+
+def test_mixer_classes_exist_with_the_forward_signature_the_patch_expects():
+    """Fails when transformers renames a mixer or changes its forward (compat.HYBRID_MIXERS)."""
+    import inspect
+
+    for model_type, cls in compat.hybrid_mixer_classes().items():
+        params = list(inspect.signature(cls.forward).parameters)
+        assert params[:4] == ["self", "hidden_states", "cache", "attention_mask"], (model_type, params)
