@@ -56,15 +56,17 @@ def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_hea
     naming LoRA), the distributed combinations known not to work, trackers not installed (report_to), and an input
     this step cannot train (`trainable_input`), before any output or torchrun start. An adapter no engine will
     serve attached (rank above the runtime cap) is trained, with one line saying so."""
+    import sys
+
     from swiftbox.modeling.adapter_file import rank_problem
     from swiftbox.training import tracking
-    from swiftbox.training.outputs import log
 
     if cfg.method == "qlora":
         platform.require("qlora-bnb")
     too_big = rank_problem(cfg.lora.rank) if cfg.method != "full" else None
     if too_big:
-        log(f"warning: lora.rank {cfg.lora.rank}: {too_big}; serve it merged (merge step) or train a smaller rank")
+        print(f"warning: lora.rank {cfg.lora.rank}: {too_big}; serve it merged (merge step) or train a smaller rank",
+              file=sys.stderr, flush=True)
     check_distributed(cfg, platform)
     tracking.check(cfg, platform)
     trainable_input(input, cfg, platform, reward_head=reward_head)
