@@ -27,18 +27,18 @@ from swiftbox.artifacts import (
     prepare_output,
     write_json_atomic,
 )
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.device import Platform, current_platform
 from swiftbox.diagnose.fingerprint import step_fingerprint
 from swiftbox.errors import SwiftboxError, UserError
 from swiftbox.pipelines import load_pipeline
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.recipe import Recipe, Step, load_recipe
 from swiftbox.steps import StepBase
 from swiftbox.versions import package_versions
 
 if TYPE_CHECKING:
+    from swiftbox.contract import Pipeline
     from swiftbox.device.devices import Devices
-    from swiftbox.pipelines.base import Pipeline
     from swiftbox.training.distributed.launch import LaunchPlan
 
 REDACTED_KEYS = {"api_key"}

@@ -24,7 +24,7 @@ from swiftbox.artifacts import write_json_atomic
 from swiftbox.errors import UserError
 
 if TYPE_CHECKING:
-    from swiftbox.pipelines.base import StepContext
+    from swiftbox.contract import StepContext
     from swiftbox.steps import TrainBase
 
 

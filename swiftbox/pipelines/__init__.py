@@ -1,5 +1,5 @@
 """One module per step kind, found by name: the step kinds are the schemas in `swiftbox.steps.STEP_TYPES`,
-and `swiftbox/pipelines/<kind>.py` declares `PIPELINE` (see swiftbox.pipelines.base for the contract).
+and `swiftbox/pipelines/<kind>.py` declares `PIPELINE` (see swiftbox.contract for the contract).
 
 Modules import torch and friends inside their functions, never at import time, so `--help` stays fast.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from swiftbox.pipelines.base import Declared, Pipeline
+from swiftbox.contract import Declared, Pipeline
 from swiftbox.steps import STEP_TYPES
 
 

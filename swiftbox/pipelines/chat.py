@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import ChatStep
 
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any, Union
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.errors import UserError
 from swiftbox.hub.snapshot import Snapshot, _local_files, _top_files, download_snapshot, link_files
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import DownloadStep
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.data.answers import matches, normalise  # noqa: F401  (eval.matches stays importable)
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.modeling.scoring import choose, generate, perplexity
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import EvalStep
 
 MAX_CHOICES = 8          # distinct references at or below this count get a choice_accuracy

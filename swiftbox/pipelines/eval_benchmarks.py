@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from swiftbox.benchmarks import catalog, data, harness, table
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import Unsupported, UserError
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import EvalStep
 
 

@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import Unsupported, UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import GkdStep
 from swiftbox.training.flow import Curve, Trained, TrainingFlow
 from swiftbox.training.model import TrainModel, check_training, dtype_plan

@@ -15,8 +15,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import GrpoStep
 from swiftbox.training.flow import Curve, Trained, TrainingFlow
 from swiftbox.training.model import TrainModel, check_training, dtype_plan

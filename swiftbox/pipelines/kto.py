@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import KtoStep
 from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, check_ref_adapter, reference, run_preference

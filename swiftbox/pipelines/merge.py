@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import MergeStep
 
 

@@ -14,9 +14,9 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import PtStep
 from swiftbox.training.flow import Trained, TrainingFlow
 from swiftbox.training.model import TrainModel, check_training

@@ -11,8 +11,8 @@ model: a later step continues from the policy before it.
 """
 from __future__ import annotations
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import RmStep
 from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.serving.launch import Names, api_key, check_exposure, open_backend, pick_engine
 from swiftbox.steps import ServeStep
 

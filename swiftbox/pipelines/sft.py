@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import SftStep, TrainBase
 from swiftbox.training.flow import Curve, Trained, TrainingFlow
 from swiftbox.training.model import TrainModel, check_training, dtype_plan

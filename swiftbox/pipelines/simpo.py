@@ -8,7 +8,7 @@ swiftbox.compat.trl_experimental. The flow is the one every preference step shar
 from __future__ import annotations
 
 from swiftbox.compat import trl_experimental, trl_experimental_as_given
-from swiftbox.pipelines.base import StepContext, StepResult, declare
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.steps import SimpoStep
 from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, run_preference

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.errors import SwiftboxError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.steps import VerifyStep
 
 

@@ -16,7 +16,7 @@ from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import training_arguments_extra
 
 if TYPE_CHECKING:
-    from swiftbox.pipelines.base import StepContext
+    from swiftbox.contract import StepContext
 
 
 def batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> tuple[bool, bool]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
 from swiftbox.steps import TrainBase
 
 if TYPE_CHECKING:
-    from swiftbox.pipelines.base import StepContext, StepResult
+    from swiftbox.contract import StepContext, StepResult
     from swiftbox.training.model import TrainModel
 
 T = TypeVar("T", bound=TrainBase)

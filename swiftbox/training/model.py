@@ -28,8 +28,8 @@ from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import check_distributed
 
 if TYPE_CHECKING:
+    from swiftbox.contract import StepContext
     from swiftbox.device.dtype_policy import DtypePlan
-    from swiftbox.pipelines.base import StepContext
 
 
 @dataclass

@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from swiftbox.pipelines.base import StepContext, StepResult
+    from swiftbox.contract import StepContext, StepResult
     from swiftbox.steps import TrainBase
     from swiftbox.training.model import TrainModel
 
@@ -63,7 +63,7 @@ def run_figures(trainer: Any, tm: TrainModel, ctx: StepContext, seconds: float, 
 
 def step_result(metrics: dict[str, Any], artifact: str, tm: TrainModel, cfg: TrainBase,
                 log_history: list[dict]) -> StepResult:
-    from swiftbox.pipelines.base import StepResult
+    from swiftbox.contract import StepResult
 
     datasets = [cfg.dataset] if isinstance(cfg.dataset, str) else list(cfg.dataset)
     info = {"artifact": artifact, "method": cfg.method, "datasets": datasets,

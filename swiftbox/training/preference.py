@@ -22,7 +22,7 @@ from swiftbox.steps import TrainBase
 from swiftbox.training.flow import Curve, Trained, TrainingFlow
 
 if TYPE_CHECKING:
-    from swiftbox.pipelines.base import StepContext, StepResult
+    from swiftbox.contract import StepContext, StepResult
     from swiftbox.training.model import TrainModel
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+from swiftbox.contract import StepResult, declare
 from swiftbox.errors import UserError
-from swiftbox.pipelines.base import StepResult, declare
 from swiftbox.steps import SftStep
 from swiftbox.training.distributed.ranks import is_main_process, rank, world_size
 from swiftbox.training.model import check_training

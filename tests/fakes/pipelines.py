@@ -1,7 +1,7 @@
 """Stand-in pipelines for the runner tests: small fakes that record what they were given, and a one-line recipe."""
 from __future__ import annotations
 
-from swiftbox.pipelines.base import StepResult, declare
+from swiftbox.contract import StepResult, declare
 from swiftbox.steps import STEP_TYPES
 
 

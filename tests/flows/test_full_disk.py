@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from swiftbox import cli
+from swiftbox.contract import declare
 from swiftbox.errors import SwiftboxError
-from swiftbox.pipelines.base import declare
 from swiftbox.runner import run_recipe
 from swiftbox.steps import STEP_TYPES
 from tests.conftest import ROOT

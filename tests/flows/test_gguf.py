@@ -311,8 +311,8 @@ def test_pre_tokenizer_is_named_only_when_tokenizer_json_shows_one_llamacpp_has(
 
 
 def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monkeypatch):
+    from swiftbox.contract import StepContext
     from swiftbox.errors import Unsupported, UserError
-    from swiftbox.pipelines.base import StepContext
     from swiftbox.pipelines.quantize import gguf_adapter, gguf_writer
     from swiftbox.steps import QuantizeStep
 

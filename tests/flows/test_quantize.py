@@ -174,8 +174,8 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
 # -- calibration, group size, bnb -----------------------------------------------------------------------------
 
 def test_calibration_sources(toy_dir, tmp_path):
+    from swiftbox.contract import StepContext
     from swiftbox.device import current_platform
-    from swiftbox.pipelines.base import StepContext
     from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
     from swiftbox.steps import QuantizeStep
 

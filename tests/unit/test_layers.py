@@ -11,12 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "swiftbox"
 
 # bottom first; a module may import its own layer and the ones below. The longest matching prefix decides
-# (pipelines.base, the contract every pipeline implements, sits far below the pipelines themselves).
+# (contract.py, what every pipeline implements and training uses, sits far below the pipelines; pipelines.base is
+# its old address, a re-export kept for code in flight).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
               "quant_methods", "procs", "modeling.adapter_file")),
     ("device", ("device", "llamacpp")),
-    ("contract", ("steps", "reward_spec", "pipelines.base", "benchmarks.catalog")),
+    ("contract", ("steps", "reward_spec", "contract", "pipelines.base", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),
     ("tools", ("parity", "diagnose", "training", "benchmarks", "migrate")),
     ("serving", ("serving",)),

@@ -29,7 +29,7 @@ def _write(cfg, spec, ctx, tokenizer, calib, dtype, group_size) -> dict:
 
 
 def _whole_step(cfg, ctx):
-    from swiftbox.pipelines.base import StepResult
+    from swiftbox.contract import StepResult
 
     CALLS.append(f"{cfg.method} step")
     return StepResult(metrics={"bits": cfg.bits}, info={"artifact": "model"})

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from swiftbox.artifacts import MANIFEST, read_manifest
+from swiftbox.contract import StepResult, declare
 from swiftbox.errors import Unsupported
 from swiftbox.pipelines import load_pipeline
-from swiftbox.pipelines.base import StepResult, declare
 from swiftbox.runner import run_recipe
 from swiftbox.steps import STEP_TYPES
 from tests.fakes.pipelines import recipe

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.pipelines.base import StepContext, StepResult, declare
 from swiftbox.pipelines.quantize.calibration import (
     BUNDLED,
     calibration_files,

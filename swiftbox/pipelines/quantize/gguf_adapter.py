@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import Unsupported, UserError
 from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError, limits
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import QuantizeStep
 
 ADAPTER_TYPES = ("f16", "bf16", "q8_0")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import UserError
 from swiftbox.llamacpp.gguf_file import inspect  # noqa: F401  (the export's tensor check, shared with verify)
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import QuantizeStep
 
 PROBE_NEW_TOKENS = 16

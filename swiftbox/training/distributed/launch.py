@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.device import Platform
 from swiftbox.device.devices import Devices
 from swiftbox.errors import SwiftboxError, Unsupported, UserError
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import StepBase, TrainBase
 from swiftbox.training.distributed.ranks import world_size
 

@@ -17,8 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import SwiftboxError
-from swiftbox.pipelines.base import StepContext, StepResult
 from swiftbox.steps import StepBase
 from swiftbox.training.distributed.launch import RESULT_FILE, worker_mark
 from swiftbox.training.distributed.ranks import is_main_process, rank
