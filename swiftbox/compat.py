@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
+    "peft": "0.21.2",            # tuners.lora.layer.Linear: lora_dropout / lora_A / lora_variant ModuleDicts
+                                 # (tests/unit/test_lora_dropout.py)
     "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo / .gkd trainers;
+                                 # kernels.chunked_logprob.TOKEN_CHUNK_SIZE, trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE
+                                 # (tests/unit/test_chunked_loss.py);
                                  # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
                                  # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
     "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
