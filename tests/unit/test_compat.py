@@ -126,7 +126,22 @@ def test_every_patch_names_the_version_it_was_checked_against():
     for lib in compat.CHECKED_AGAINST:
         assert lib in text
     assert set(compat.CHECKED_AGAINST) == {"trl", "gptqmodel", "uvicorn", "transformers", "lm_eval", "gguf",
-                                            "llama-cpp-python"}
+                                            "llama-cpp-python", "peft"}
+
+
+def test_peft_lora_linear_and_trl_tiles_are_where_the_memory_patches_reach():
+    """compat.peft_lora_dropout_fused / trl_lm_head_tiles (their behaviour: test_lora_dropout.py,
+    test_chunked_loss.py): PEFT's LoRA Linear still computes lora_B(lora_A(dropout(x))), TRL's tile sizes still
+    exist under their names."""
+    import inspect
+
+    import trl.kernels.chunked_logprob as kernel
+    import trl.trainer.utils as trl_utils
+    from peft.tuners.lora.layer import Linear
+
+    assert "lora_B(lora_A(dropout(x)))" in inspect.getsource(Linear.forward), \
+        f"peft {compat.CHECKED_AGAINST['peft']} computed lora_B(lora_A(dropout(x))); this peft changed it"
+    assert isinstance(kernel.TOKEN_CHUNK_SIZE, int) and isinstance(trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, int)
 
 
 def test_trl_preference_preparation_is_where_the_pretokenized_patch_replaces_it():
