@@ -1,6 +1,7 @@
 """The "Align" screen: one entry per alignment method, each opening its flow (menus/flows.py) with its few
 questions. An entry the device cannot run is greyed with the reason (the flow's own `needs` / input refusal),
-before any question. A new method is one more entry in ALIGN and one more Flow.
+before any question. A new method is one more entry in ALIGN and one more Flow. This screen only picks: the main
+menu (menus/main.py) runs the picked flow, so the two modules do not import each other.
 """
 from __future__ import annotations
 
@@ -28,10 +29,7 @@ def choices(session: MenuSession, carry: Optional[str] = None) -> list:
     return out + [widgets.choice("Back", BACK)]
 
 
-def align(session: MenuSession, carry: Optional[str] = None) -> None:
-    from menus.main import flow
-
+def align(session: MenuSession, carry: Optional[str] = None) -> Optional[str]:
+    """The step kind picked on the Align screen (None: Back)."""
     answer = widgets.select("Align: which method?", choices(session, carry))
-    if answer is BACK:
-        return
-    flow(session, answer, carry)
+    return None if answer is BACK else str(answer)

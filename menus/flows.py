@@ -389,3 +389,8 @@ GKD = Flow(
 
 FLOWS = {f.kind: f for f in (DOWNLOAD, SFT, PT, DPO, KTO, ORPO, SIMPO, RM, GRPO, GKD, CHAT, EVAL, MERGE, QUANTIZE,
                              SERVE)}
+# step kinds (swiftbox.steps.STEP_TYPES) with no flow of their own, and why: a new step kind gets a Flow above (and
+# an entry in menus/main.py ITEMS or menus/align.py ALIGN) or a line here (tests/unit/test_menu_steps.py)
+NOT_IN_MENU = {
+    "verify": "the pre-deploy gate runs inside every Serve flow (serve's startup gate) and as `swiftbox verify`",
+}

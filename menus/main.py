@@ -20,7 +20,7 @@ ITEMS = [  # (value, title): menu wording, kept here so the first paint needs no
     ("download", "Download a model"),
     ("sft", "Fine-tune (SFT: LoRA / QLoRA / DoRA / full)"),
     ("pt", "Continue pre-training (raw text)"),
-    ("align", "Align (DPO, KTO, ORPO, SimPO, reward model)"),
+    ("align", "Align (DPO, KTO, ORPO, SimPO, reward model, GRPO, GKD)"),
     ("chat", "Chat with a model"),
     ("eval", "Evaluate"),
     ("merge", "Merge adapter"),
@@ -123,7 +123,10 @@ def flow(session: MenuSession, kind: str, carry: Optional[str] = None) -> None:
     if kind == "align":
         from menus.align import align
 
-        return align(session, carry)
+        picked = align(session, carry)
+        if picked is None:
+            return None
+        kind = picked
 
     reason = refusal(session, FLOWS[kind], carry)
     if reason:

@@ -1,7 +1,8 @@
-"""The layout's rules, checked on the source - EVERY import, the ones inside functions and under TYPE_CHECKING
-included (an ast walk of the whole module): no import cycles between swiftbox modules, no import that points up
-the layers, nothing below the CLI imports the CLI, and doctor reaches the device layer only through its package
-API. docs/architecture.md draws the same layers."""
+"""The layout's rules, checked on the source (swiftbox/, and menus/ and bench/ above it) - EVERY import, the ones
+inside functions and under TYPE_CHECKING included (an ast walk of the whole module): no import cycles, no import
+that points up the layers, nothing below the CLI imports the CLI, and doctor reaches the device layer only through
+its package API. The cycle and upward-import tests print what they find (pytest -s). docs/architecture.md draws
+the same layers."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "swiftbox"
+PACKAGES = ("swiftbox", "menus", "bench")     # the menus and the benchmarks sit above everything swiftbox holds
 
 # bottom first; a module may import its own layer and the ones below. The longest matching prefix decides
 # (contract.py, what every pipeline implements and training uses, sits far below the pipelines; pipelines.base is
@@ -23,7 +25,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("serving", ("serving",)),
     ("verify", ("verify",)),
     ("pipelines", ("pipelines",)),
-    ("front", ("recipe", "runner", "api", "cli", "__main__", "")),     # "": swiftbox/__init__.py
+    ("front", ("recipe", "runner", "api", "")),     # "": swiftbox/__init__.py
+    ("menus", ("menus",)),      # the interactive menus: build recipes, hand them to the runner
+    ("cli", ("cli", "__main__")),   # the command line (no command: the menus)
+    ("bench", ("bench",)),      # benchmarks: drive any layer below (training internals, the CLI) to measure it
 ]
 
 
@@ -42,19 +47,19 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module)
             out |= {f"{node.module}.{a.name}" for a in node.names}
-    return {name for name in out if name.split(".")[0] == "swiftbox"}
+    return {name for name in out if name.split(".")[0] in PACKAGES}
 
 
 def _graph(top_level_only: bool = False) -> dict[str, set[str]]:
     """module -> the swiftbox modules it imports (a package's own parents left out: its __init__ runs first
     anyway, so an edge to it is no cycle of ours)."""
-    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    files = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     return {mod: {m for m in _imports(path, top_level_only) if m in files and m != mod and not mod.startswith(m + ".")}
             for mod, path in files.items()}
 
 
 def layer(mod: str) -> int:
-    rel = mod.removeprefix("swiftbox").removeprefix(".")
+    rel = mod.removeprefix("swiftbox").removeprefix(".") if mod.split(".")[0] == "swiftbox" else mod
     found = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
              if rel == p or (p and rel.startswith(p + "."))]
     assert found, f"{mod} is in no layer; add it to LAYERS (and to docs/architecture.md)"
@@ -108,7 +113,15 @@ def test_the_cycle_finder_finds_a_cycle_through_three_modules():
 
 
 def test_no_import_cycles_lazy_imports_included():
-    assert cycles(_graph()) == []
+    found = cycles(_graph())
+    print(f"import cycles (swiftbox, menus, bench): {len(found)}", *(" -> ".join(c) for c in found), sep="\n  ")
+    assert found == []
+
+
+def test_menus_and_bench_are_read():
+    graph = _graph()
+    assert "menus.main" in graph and "bench.sft" in graph and layer("menus.align") > layer("swiftbox.runner")
+    assert "swiftbox.runner" in graph["menus.review"] or any(d.startswith("swiftbox") for d in graph["menus.review"])
 
 
 def test_every_module_has_a_layer():
@@ -119,11 +132,12 @@ def test_every_module_has_a_layer():
 def test_no_import_points_up_the_layers():
     upward = sorted(f"{mod} ({LAYERS[layer(mod)][0]}) -> {dep} ({LAYERS[layer(dep)][0]})"
                     for mod, deps in _graph().items() for dep in deps if layer(dep) > layer(mod))
+    print(f"upward imports: {len(upward)}", *upward, sep="\n  ")
     assert upward == []
 
 
 def test_nothing_below_the_cli_imports_it():
-    importers = [mod for mod, deps in _graph().items() if "swiftbox.cli" in deps]
+    importers = [mod for mod, deps in _graph().items() if "swiftbox.cli" in deps and not mod.startswith("bench.")]
     assert importers == [] or set(importers) <= {"swiftbox.__main__"}
 
 
