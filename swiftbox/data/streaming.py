@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Union
 
 from swiftbox.data.reading import MAX_ROW_CHARS
 from swiftbox.errors import UserError
@@ -32,23 +32,31 @@ def jsonl_files(dataset: Union[str, list[str]]) -> list[Path]:
     return files
 
 
+def jsonl_values(path: Path, max_row_chars: int = MAX_ROW_CHARS) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded JSON value) for every non-blank line of a jsonl file, lazily - the one jsonl reader of
+    the lazy paths (chat rows here, pt documents in texts.py): UTF-8 (a BOM tolerated), a line over `max_row_chars`
+    or not JSON refused in one line naming the file and the line."""
+    with open(path, encoding="utf-8-sig", errors="strict", newline="\n") as fh:
+        try:
+            for no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                if len(line) > max_row_chars:
+                    raise UserError(f"dataset {path}: row {no} has {len(line)} characters, over max_row_chars "
+                                    f"{max_row_chars}; split or shorten it, or raise max_row_chars")
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"dataset {path}: line {no} is not valid JSON ({exc.msg})") from None
+                yield no, value
+        except UnicodeDecodeError:
+            raise UserError(f"dataset {path}: not a UTF-8 text file") from None
+
+
 def rows(dataset: Union[str, list[str]], max_row_chars: int = MAX_ROW_CHARS) -> Iterator[tuple[Path, int, dict]]:
     """(file, line number, row) for every row, lazily."""
     for path in jsonl_files(dataset):
-        with open(path, encoding="utf-8-sig", newline="\n") as fh:
-            try:
-                for no, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    if len(line) > max_row_chars:
-                        raise UserError(f"dataset {path}: row {no} has {len(line)} characters, over max_row_chars "
-                                        f"{max_row_chars}; split or shorten it, or raise max_row_chars")
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise UserError(f"dataset {path}: line {no} is not valid JSON ({exc.msg})") from None
-                    if not isinstance(row, dict):
-                        raise UserError(f"dataset {path}: row {no} is a {type(row).__name__}, expected a JSON object")
-                    yield path, no, row
-            except UnicodeDecodeError:
-                raise UserError(f"dataset {path}: not a UTF-8 text file") from None
+        for no, row in jsonl_values(path, max_row_chars):
+            if not isinstance(row, dict):
+                raise UserError(f"dataset {path}: row {no} is a {type(row).__name__}, expected a JSON object")
+            yield path, no, row

@@ -12,12 +12,12 @@ time; the in-memory path just lists it. Nothing here imports torch.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from swiftbox.data.reading import MAX_ROW_CHARS
+from swiftbox.data.streaming import jsonl_values
 from swiftbox.errors import UserError
 
 TEXT_SUFFIXES = (".txt", ".jsonl")
@@ -75,26 +75,13 @@ def _txt_documents(path: Path, max_row_chars: int) -> Iterator[str]:
 
 
 def _jsonl_documents(path: Path, max_row_chars: int) -> Iterator[str]:
-    with open(path, encoding="utf-8-sig", errors="strict", newline="\n") as fh:
-        try:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                if len(line) > max_row_chars:
-                    raise UserError(f"dataset {path}: row {no} has {len(line)} characters, over max_row_chars "
-                                    f"{max_row_chars}; split or shorten it, or raise max_row_chars")
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"dataset {path}: line {no} is not valid JSON ({exc.msg})") from None
-                text = row.get("text") if isinstance(row, dict) else None
-                if not isinstance(text, str):
-                    cols = sorted(row) if isinstance(row, dict) else type(row).__name__
-                    raise UserError(f"dataset {path}: row {no} ({cols}) has no `text` string; pt reads raw text")
-                if text.strip():
-                    yield text
-        except UnicodeDecodeError:
-            raise UserError(f"dataset {path}: not a UTF-8 text file") from None
+    for no, row in jsonl_values(path, max_row_chars):
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            cols = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise UserError(f"dataset {path}: row {no} ({cols}) has no `text` string; pt reads raw text")
+        if text.strip():
+            yield text
 
 
 @dataclass
