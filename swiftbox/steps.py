@@ -293,14 +293,31 @@ class PtStep(TrainBase):
         return self
 
 
+# TRL DPOConfig.loss_type values (trl/trainer/dpo_config.py); several, comma-joined, are combined by TRL
+DpoLoss = Literal["sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+                  "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"]
+DPO_LOSSES: tuple[str, ...] = get_args(DpoLoss)
+
+
 class DpoStep(TrainBase):
     """preference alignment with DPO"""
 
     beta: float = Field(0.1, gt=0, le=100, description="DPO temperature")
-    loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
+    loss_type: str = Field("sigmoid", description="TRL DPO loss type: " + " | ".join(DPO_LOSSES) + "; several "
+                           "comma-joined (sigmoid,sft) are combined")
     ref_adapter: Optional[str] = Field(None, description="adapter to use as the reference model")
     learning_rate: float = Field(5e-5, gt=0, lt=1)
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
+
+    @field_validator("loss_type")
+    @classmethod
+    def _loss_type(cls, value: str) -> str:
+        types = [t.strip() for t in value.split(",") if t.strip()]
+        unknown = [t for t in types if t not in DPO_LOSSES]
+        if unknown or not types:
+            raise ValueError(f"unknown {', '.join(repr(t) for t in unknown) or 'empty value'}; expected one of "
+                             f"{', '.join(DPO_LOSSES)} (several comma-joined)")
+        return ",".join(types)
 
 
 class KtoStep(TrainBase):

@@ -17,12 +17,11 @@ import copy
 from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.steps import DpoStep
+from swiftbox.steps import DPO_LOSSES, DpoStep
 from swiftbox.training.model import check_training, dtype_plan
 from swiftbox.training.preference import Method, check_ref_adapter, reference, run_preference
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
-              "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+LOSS_TYPES = DPO_LOSSES      # the schema's closed list (swiftbox/steps.py DpoLoss)
 
 
 def check(cfg: DpoStep, platform: Platform, input: str) -> None:
