@@ -20,6 +20,7 @@ import json
 import sys
 import tempfile
 import types
+from argparse import ArgumentParser
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -134,18 +135,33 @@ def read_probe(path: str | None) -> list | None:
     return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in P.read_probe(path)]
 
 
-def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
+def verify_parser() -> ArgumentParser:
+    """`swiftbox verify`'s flags, read off the step's schema (swiftbox/steps.py VerifyStep: the same settings a
+    recipe's verify step takes, with their choices, defaults and help), plus --device and --json (terminal only)."""
+    from typing import Literal, get_args, get_origin
+
     from swiftbox.args import OneLineParser
+    from swiftbox.steps import StepBase, VerifyStep
 
     parser = OneLineParser(prog="swiftbox verify")
-    parser.add_argument("--engine", default="builtin", choices=ENGINES, help="the engine you will deploy on")
-    parser.add_argument("--against", default=None, help="base model or adapter to start the parity chain from")
+    for name, info in VerifyStep.model_fields.items():
+        if name in StepBase.model_fields:        # model / output / force: the artifact is the positional, no output
+            continue
+        flag = name.replace("_", "-")
+        if info.default is True:                  # a check on by default: --no-NAME turns it off
+            parser.add_argument(f"--no-{flag}", dest=name, action="store_false", help=f"do not {info.description}")
+            continue
+        closed = get_origin(info.annotation) is Literal
+        parser.add_argument(f"--{flag}", dest=name, default=info.default,
+                            choices=get_args(info.annotation) if closed else None,
+                            help=info.description or f"{name} ({' | '.join(get_args(info.annotation))})")
     parser.add_argument("--device", default=None, help="auto | cpu | cuda | npu")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--probe", default=None, help="prompts: .txt (one a line) or .jsonl; default: built-in")
-    parser.add_argument("--no-serve", action="store_true", help="skip the HTTP link through the engine")
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
-    args = parser.parse_args([x for x in extra_args if x != "--"])
+    return parser
+
+
+def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
+    args = verify_parser().parse_args([x for x in extra_args if x != "--"])
     from transformers.utils import logging as hf_logging
 
     from swiftbox import logs
@@ -153,7 +169,7 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     logs.attach(Path("runs") / "verify" / "swiftbox.log")   # the libraries' banners: there, not on the screen
     hf_logging.disable_progress_bar()                        # a "Loading weights" bar per model in the chain
     report = verify(artifact, engine=args.engine, against=args.against, device=args.device, dtype=args.dtype,
-                    serve=not args.no_serve, probe=read_probe(args.probe))
+                    serve=args.serve, probe=read_probe(args.probe))
     if args.json:
         print(json.dumps(report.as_dict(), default=str))
     else:

@@ -32,3 +32,19 @@ def test_the_dpo_losses_are_the_ones_trl_documents():
     documented = set(re.findall(r"`'(\w+)'`", field.metadata["help"]))
     assert documented, "TRL's DPOConfig.loss_type help no longer lists its values: re-read it"
     assert set(DPO_LOSSES) == documented
+
+
+def test_the_verify_command_takes_the_verify_steps_settings():
+    """`swiftbox verify` reads its flags off VerifyStep: every setting a recipe's verify step has is a flag, with the
+    schema's choices and defaults (no hand-written list beside the schema)."""
+    from swiftbox.steps import StepBase, VerifyStep
+    from swiftbox.verify import verify_parser
+
+    parser = verify_parser()
+    dests = {a.dest: a for a in parser._actions}
+    own = set(VerifyStep.model_fields) - set(StepBase.model_fields)
+    assert own <= set(dests)
+    defaults = vars(parser.parse_args([]))
+    assert all(defaults[name] == VerifyStep.model_fields[name].default for name in own)
+    assert tuple(dests["engine"].choices) == ("builtin", "vllm") and "bfloat16" in dests["dtype"].choices
+    assert vars(parser.parse_args(["--no-serve"]))["serve"] is False
