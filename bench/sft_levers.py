@@ -142,7 +142,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         timer = timer_callback()
         extra = [timer, Losses()]
         if profile:
-            from swiftbox.diagnose.profile_window import profile_callbacks
+            from swiftbox.training.profile_window import profile_callbacks
 
             extra = profile_callbacks(cfg, ctx) + extra
         trainer = make_trainer(cfg, ctx, s["dtype"], tm.model, tm.tokenizer, train, None, side_work / "ckpt", extra)

@@ -1,2 +1,3 @@
-"""Seeing inside a run: the profiler window on training steps (profile_window, trace_summary), the config
+"""Seeing inside a run: the profiler trace's summary (trace_summary; the window itself is a training callback,
+swiftbox/training/profile_window.py), the config
 check between two artifacts (fingerprint, compare) and the layer-by-layer precision compare (precision)."""

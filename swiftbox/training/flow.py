@@ -130,11 +130,11 @@ class TrainingFlow(Generic[T]):
     # -- the flow -----------------------------------------------------------------------------
     def run(self) -> StepResult:
         from swiftbox import data
-        from swiftbox.diagnose.profile_window import profile_callbacks
         from swiftbox.training import callbacks, checkpoints, curves
         from swiftbox.training.distributed.ranks import is_main_process
         from swiftbox.training.model import load_for_training
         from swiftbox.training.outputs import log, run_figures, save_artifact, step_result
+        from swiftbox.training.profile_window import profile_callbacks
 
         cfg, ctx = self.cfg, self.ctx
         self.read()                                        # bad data fails before any weights load

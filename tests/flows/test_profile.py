@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from swiftbox.diagnose.profile_window import recorded
 from swiftbox.diagnose.trace_summary import op_self_times, phase_times, summarize
 from swiftbox.runner import run_recipe
 from swiftbox.steps import SftStep
+from swiftbox.training.profile_window import recorded
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -75,9 +75,9 @@ def test_window_beyond_max_steps_is_exit_2_before_anything_runs(tmp_path):
 
 def test_window_beyond_an_epoch_based_run_is_refused_at_train_start(tmp_path):
     from swiftbox.device import CpuPlatform
-    from swiftbox.diagnose.profile_window import ProfileWindow
     from swiftbox.errors import UserError
     from swiftbox.steps import ProfileConfig
+    from swiftbox.training.profile_window import ProfileWindow
 
     window = ProfileWindow(ProfileConfig(wait=2, warmup=1, active=3), CpuPlatform(), tmp_path / "w", tmp_path / "f",
                            "dpo", True)
@@ -145,8 +145,8 @@ def test_summary_assigns_each_moment_once_and_computes_self_time(tmp_path):
 
 def test_a_run_stopped_before_the_window_notes_it_instead_of_failing(tmp_path):
     from swiftbox.device import CpuPlatform
-    from swiftbox.diagnose.profile_window import ProfileWindow
     from swiftbox.steps import ProfileConfig
+    from swiftbox.training.profile_window import ProfileWindow
 
     window = ProfileWindow(ProfileConfig(), CpuPlatform(), tmp_path / "w", tmp_path / "f", "sft", True)
     (tmp_path / "w" / "trace").mkdir(parents=True)

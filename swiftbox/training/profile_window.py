@@ -1,4 +1,5 @@
-"""The `profile:` window of a training step, as a Trainer callback.
+"""The `profile:` window of a training step, as a Trainer callback (training's own; diagnose/trace_summary.py
+reads what it records).
 
 The platform supplies the profiler (torch.profiler with CPU (+ CUDA) activities; torch_npu.profiler with its
 experimental config on Ascend); this callback drives it: start at train begin, `step()` after each optimizer
