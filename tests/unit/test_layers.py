@@ -13,13 +13,12 @@ PKG = ROOT / "swiftbox"
 PACKAGES = ("swiftbox", "menus", "bench")     # the menus and the benchmarks sit above everything swiftbox holds
 
 # bottom first; a module may import its own layer and the ones below. The longest matching prefix decides
-# (contract.py, what every pipeline implements and training uses, sits far below the pipelines; pipelines.base is
-# its old address, a re-export kept for code in flight).
+# (contract.py, what every pipeline implements and training uses, sits far below the pipelines).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
               "quant_methods", "procs", "modeling.adapter_file")),
     ("device", ("device", "llamacpp")),
-    ("contract", ("steps", "reward_spec", "contract", "pipelines.base", "benchmarks.catalog")),
+    ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog")),
     ("models and data", ("hub", "data", "modeling")),
     ("tools", ("parity", "diagnose", "training", "benchmarks", "migrate")),
     ("serving", ("serving",)),
