@@ -156,7 +156,9 @@ def test_failed_verification_writes_nothing_and_keeps_the_old_output(adapters, t
     out = tmp_path / "merged"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"the previous export")
-    (out / "swiftbox.json").write_text(json.dumps({"artifact": "model", "merged_from": ["older"]}))
+    older = {"swiftbox_manifest": 1, "kind": "merge", "config": {}, "versions": {},
+             "timings": {"started": "2026-01-01T00:00:00"}, "artifact": "model", "merged_from": ["older"]}
+    (out / "swiftbox.json").write_text(json.dumps(older))
     # an impossible tolerance makes verification fail after the weights were written to the work dir
     with pytest.raises(SwiftboxError, match="verification failed"):
         sb.merge(str(adapters["dora"]), output=str(out), force=True, tolerance=1e-30)

@@ -22,8 +22,14 @@ def installed(*names):
 
 def test_cpu_uses_sdpa_and_no_extra_kernels():
     cpu = CpuPlatform()
-    assert cpu.attn_implementation(True) == cpu.attn_implementation(False) == "sdpa"
+    assert cpu.attn_implementation(False) == "sdpa"
+    assert cpu.attn_implementation(True) == "sdpa_varlen"      # packed rows attend per sample by default
     assert cpu.training_kernels() == {}
+
+
+def test_cpu_dense_mask_on_request(monkeypatch):
+    monkeypatch.setenv("SWIFTBOX_CPU_ATTENTION", "sdpa")
+    assert CpuPlatform().attn_implementation(True) == "sdpa"
 
 
 def test_cuda_liger_and_varlen_flash_attention_only_when_installed(monkeypatch):
@@ -91,4 +97,4 @@ def test_training_model_is_loaded_with_the_platforms_attention(tmp_path):
     from swiftbox.training.model import load_for_training
 
     tm = load_for_training("toy", SftStep(dataset="x", max_steps=1), CpuPlatform(), "float32")
-    assert tm.model.config._attn_implementation == "sdpa"
+    assert tm.model.config._attn_implementation == "sdpa_varlen"   # the step packs by default on the CPU
