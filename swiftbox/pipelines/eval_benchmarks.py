@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 import urllib.request
 from pathlib import Path
@@ -61,20 +60,11 @@ def check_benchmarks(cfg: EvalStep, input: Optional[str] = None) -> None:
 
 
 def server_key(cfg: EvalStep) -> Optional[str]:
-    """The server's API key, as `chat --url` and `serve` take it: --api-key, else the first line of
-    --api-key-file, else $SWIFTBOX_API_KEY (None: send none)."""
-    if cfg.api_key:
-        return cfg.api_key
-    if cfg.api_key_file:
-        path = Path(cfg.api_key_file).expanduser()
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeError) as exc:
-            raise UserError(f"api_key_file: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
-        if not lines or not lines[0].strip():
-            raise UserError(f"api_key_file: {path} is empty; expected the API key on its first line")
-        return lines[0].strip()
-    return os.environ.get("SWIFTBOX_API_KEY") or None
+    """The server's API key, read the way `serve` reads it (serving.launch.api_key): --api-key, else the first line
+    of --api-key-file, else $SWIFTBOX_API_KEY (None: send none)."""
+    from swiftbox.serving.launch import api_key
+
+    return api_key(cfg)
 
 
 def run_benchmarks(cfg: EvalStep, ctx: StepContext) -> StepResult:

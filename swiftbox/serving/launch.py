@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from swiftbox.serving.backend import Backend
     from swiftbox.serving.builtin.backend import BuiltinBackend
     from swiftbox.serving.vllm.child import VllmBackend
-    from swiftbox.steps import ServeStep
+    from swiftbox.steps import EvalStep, ServeStep
 
 Log = Callable[[str], None]
 
@@ -83,7 +83,7 @@ KEY_ENV = "SWIFTBOX_API_KEY"
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
-def api_key(cfg: ServeStep) -> Optional[str]:
+def api_key(cfg: ServeStep | EvalStep) -> Optional[str]:
     """The key clients must send: `api_key`, else the first line of `api_key_file`, else $SWIFTBOX_API_KEY."""
     if cfg.api_key:
         return cfg.api_key
