@@ -29,7 +29,7 @@ def train_adapter(out: Path, steps: int, lr: float = 3e-3, seed: int = 0) -> flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     torch.manual_seed(seed)
     base = toy_path(0)

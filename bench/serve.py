@@ -345,8 +345,8 @@ def main() -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
+    from swiftbox.catalog.toy import cache_root
     from swiftbox.device import current_platform
-    from swiftbox.modeling.toy import cache_root
 
     platform = current_platform(None if args.device == "auto" else args.device)
     dtype = platform.resolve_dtype(args.dtype)

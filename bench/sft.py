@@ -244,9 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import DataCollatorForSeq2Seq, Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
+    from swiftbox.catalog.toy import build_tokenizer
     from swiftbox.device import current_platform
     from swiftbox.modeling.loading import torch_dtype
-    from swiftbox.modeling.toy import build_tokenizer
     from swiftbox.pipelines.sft import make_trainer
     from swiftbox.steps import SftStep
     from swiftbox.training.model import lora_config

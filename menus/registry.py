@@ -1,12 +1,12 @@
-"""The model choices the menu offers: `toy`, then the presets of swiftbox.modeling.registry (with their
+"""The model choices the menu offers: `toy`, then the presets of swiftbox.catalog.presets (with their
 memory estimates)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from swiftbox.modeling import registry
-from swiftbox.modeling.registry import Preset
+from swiftbox.catalog import presets as registry
+from swiftbox.catalog.presets import Preset
 
 TOY = "toy"
 

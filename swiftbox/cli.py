@@ -295,7 +295,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if command == "bench":
         return run_bench(args.name, args.bench_args)
     if command == "models":
-        from swiftbox.modeling.registry import print_models
+        from swiftbox.catalog.presets import print_models
 
         return print_models(as_json=args.json)
     if command == "parity":

@@ -30,7 +30,7 @@ def _fresh_platform(monkeypatch):
 
 @pytest.fixture(scope="session")
 def toy_dir() -> Path:
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     return toy_path(0)
 

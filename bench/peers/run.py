@@ -42,7 +42,7 @@ def job_model(cache: Path) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swiftbox.modeling.toy import COMMITTED
+    from swiftbox.catalog.toy import COMMITTED
 
     tmp = Path(tempfile.mkdtemp(dir=cache))
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ training rows:
 - `pack`: documents tokenized, joined with the tokenizer's eos and cut into fixed blocks of `block_size`
   tokens (the last block may be shorter); every token is a label (no masks);
 - `one_per_row`: one document per row, truncated to `block_size` (the collator pads) - for model types on which
-  packing is not exact (modeling.registry.packing_policy).
+  packing is not exact (catalog.presets.packing_policy).
 
 Everything here is a generator over the files, so the streaming path holds one document (or one block) at a
 time; the in-memory path just lists it. Nothing here imports torch.

@@ -93,8 +93,8 @@ def weights_fingerprint(ref: str) -> dict:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file, remembered per (real path, size, mtime) in the swiftbox cache."""
+    from swiftbox.catalog.toy import cache_root
     from swiftbox.hub.clients import sha256_file
-    from swiftbox.modeling.toy import cache_root
 
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"

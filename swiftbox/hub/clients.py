@@ -142,7 +142,7 @@ class Hub:
                    + ("; or raise SWIFTBOX_HUB_TIMEOUT on a slow link" if cls is HubNoAnswer else ""))
 
     def not_found(self, repo_id: str, revision: Optional[str]) -> UserError:
-        from swiftbox.modeling.registry import close_matches
+        from swiftbox.catalog.presets import close_matches
 
         at = f" at revision {revision!r}" if revision else ""
         matches = close_matches(repo_id)

@@ -53,7 +53,7 @@ IMPORT_VERSION = 1        # bump when the converted directory's layout changes: 
 
 
 def cache_dir() -> Path:
-    from swiftbox.modeling.toy import cache_root
+    from swiftbox.catalog.toy import cache_root
 
     return cache_root() / "gguf"
 

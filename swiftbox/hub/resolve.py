@@ -40,7 +40,7 @@ def resolve_model(ref: str, *, revision: str | None = None) -> Path:
         raise UserError("model: empty model reference; expected toy, a hub id, hf:ORG/NAME, a local directory or "
                         "a .gguf file")
     if ref == "toy" or ref.startswith("toy:"):
-        from swiftbox.modeling.toy import toy_path
+        from swiftbox.catalog.toy import toy_path
 
         seed = ref.split(":", 1)[1] if ":" in ref else "0"
         if not (seed.isascii() and seed.isdigit()) or int(seed) > TOY_MAX_SEED:

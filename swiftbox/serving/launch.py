@@ -18,9 +18,9 @@ from swiftbox.errors import Unsupported, UserError
 from swiftbox.modeling.adapter_file import is_adapter_dir
 
 if TYPE_CHECKING:
+    from swiftbox.catalog.presets import Preset
     from swiftbox.device import Platform
     from swiftbox.modeling.loading import ModelSpec
-    from swiftbox.modeling.registry import Preset
     from swiftbox.serving.backend import Backend
     from swiftbox.serving.builtin.backend import BuiltinBackend
     from swiftbox.serving.vllm.child import VllmBackend
@@ -189,7 +189,7 @@ def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platf
 
 def preset_for(ref: str, spec: ModelSpec) -> Optional[Preset]:
     """The registry preset of the served model (by name/id, or an id inside the resolved base path), or None."""
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     found = registry.find(ref)
     if found:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from swiftbox.catalog.presets import PACKING_NOT_EXACT, packing_policy
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.modeling.registry import PACKING_NOT_EXACT, packing_policy
 from swiftbox.steps import TrainBase
 from swiftbox.training.distributed.args import training_arguments_extra
 

@@ -128,10 +128,10 @@ def config_model_type(base: object) -> str:
 
 
 def refuse_family(base: object) -> None:
-    """Exit 3 for a model family swiftbox cannot train (modeling.registry.TRAINING_REFUSED), by its config's
+    """Exit 3 for a model family swiftbox cannot train (catalog.presets.TRAINING_REFUSED), by its config's
     model_type, before any weights load."""
+    from swiftbox.catalog.presets import training_refusal
     from swiftbox.errors import Unsupported
-    from swiftbox.modeling.registry import training_refusal
 
     reason = training_refusal(config_model_type(base))
     if reason:

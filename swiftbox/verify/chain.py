@@ -134,8 +134,8 @@ def measure(nodes: list[Node], platform, requested: str, probe: list) -> None:
     """Logits on the head's token ids and greedy answers, in every dtype a node's links need, one model in memory
     at a time."""
     from swiftbox import parity as P
+    from swiftbox.catalog.scoring import generate
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
-    from swiftbox.modeling.scoring import generate
 
     need = plan_dtypes(nodes, platform, requested)
     head_tok = load_tokenizer(resolve_spec(nodes[0].ref))

@@ -438,7 +438,7 @@ def answers_accuracy(adapter: Path, rows: int = 100) -> float:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     tok = AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else toy_path(0))
     tok.padding_side = "left"

@@ -273,7 +273,7 @@ def test_local_directory_is_checked_linked_and_recorded(toy_dir, tmp_path):
 
 
 def test_registry_lookup_and_memory():
-    from swiftbox.modeling import registry as models
+    from swiftbox.catalog import presets as models
 
     assert {p.family for p in models.PRESETS} >= {"Qwen2.5", "Qwen3", "Llama-3", "GLM-4", "InternLM", "Baichuan",
                                                   "DeepSeek-R1-Distill", "Mistral"}
@@ -295,7 +295,7 @@ def test_models_command_prints_the_table(cli):
 
 
 def test_docs_presets_table_matches_the_registry():
-    from swiftbox.modeling import registry as models
+    from swiftbox.catalog import presets as models
     from tests.conftest import ROOT
 
     rows, header = {}, []

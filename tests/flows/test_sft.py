@@ -92,7 +92,7 @@ def test_dora_and_full_fine_tuning(tmp_path):
     out = tmp_path / "full" / "sft"
     assert read_manifest(out)["artifact"] == "model"
     assert entry["metrics"]["trainable_params"] == entry["metrics"]["total_params"]
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     before = load_file(toy_path(0) / "model.safetensors")
     after = load_file(out / "model.safetensors")

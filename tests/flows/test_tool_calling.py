@@ -126,8 +126,8 @@ def test_tool_call_parsing_is_linear(shape):
 
 
 def test_vllm_gets_the_presets_parsers():
+    from swiftbox.catalog import presets as registry
     from swiftbox.device.cpu import CpuPlatform
-    from swiftbox.modeling import registry
     from swiftbox.serving.vllm.plan import plan
     from swiftbox.steps import ServeStep
 

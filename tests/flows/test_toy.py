@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from swiftbox.artifacts import read_manifest
-from swiftbox.modeling import toy
-from swiftbox.modeling.toy_corpus import CORPUS, HELDOUT, corpus_texts
-from swiftbox.modeling.toy_pretrain import PretrainConfig
+from swiftbox.catalog import toy
+from swiftbox.catalog.toy_corpus import CORPUS, HELDOUT, corpus_texts
+from swiftbox.catalog.toy_pretrain import PretrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

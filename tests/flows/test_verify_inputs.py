@@ -82,7 +82,7 @@ def test_pissa_converted_to_a_plain_lora_passes(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
     from swiftbox.verify import verify
 
     torch.manual_seed(0)

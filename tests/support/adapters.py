@@ -79,7 +79,7 @@ def _scratch() -> Path:
 
 def shared_adapter(method: str = "lora") -> Path:
     """One adapter per method per test process, shared by the export test modules."""
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     key = f"adapter-{method}"
     if key not in _CACHE:

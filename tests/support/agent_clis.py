@@ -36,7 +36,7 @@ wire_api = "responses"
 
 def bin_dir() -> Path:
     """node_modules/.bin of the npm prefix in the cache that holds `claude` and `codex`."""
-    from swiftbox.modeling.toy import cache_root
+    from swiftbox.catalog.toy import cache_root
 
     return cache_root() / "agent-clis" / "node_modules" / ".bin"
 

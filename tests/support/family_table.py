@@ -229,7 +229,7 @@ def served_tool_case(tok, name: str) -> tuple[str, Case]:
 def toy_tokenizer():
     from transformers import AutoTokenizer
 
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     return AutoTokenizer.from_pretrained(toy_path(0))
 
@@ -376,14 +376,14 @@ def exact(fn, *args) -> Optional[bool]:
 
 
 def presets_of(fixture: str) -> list:
-    from swiftbox.modeling.registry import PRESETS
+    from swiftbox.catalog.presets import PRESETS
 
     return [p for p in PRESETS if PRESET_FIXTURE.get(p.name, FIXTURE_OF.get(p.family)) == fixture]
 
 
 def row(tok, name: str) -> Row:
+    from swiftbox.catalog.presets import PACKING_NOT_EXACT, training_refusal
     from swiftbox.device.cpu import CpuPlatform
-    from swiftbox.modeling.registry import PACKING_NOT_EXACT, training_refusal
     from swiftbox.steps import SftStep
     from swiftbox.training.arguments import batching
 
@@ -445,7 +445,7 @@ def row(tok, name: str) -> Row:
 def compute(tok=None) -> list[Row]:
     """A row per template fixture: those the presets use in preset order, then the others by name."""
     tok = tok or toy_tokenizer()
-    from swiftbox.modeling.registry import PRESETS
+    from swiftbox.catalog.presets import PRESETS
 
     order = list(dict.fromkeys(PRESET_FIXTURE.get(p.name, FIXTURE_OF.get(p.family, "")) for p in PRESETS))
     order = [n for n in order if n] + sorted({p.stem for p in TEMPLATES.glob("*.jinja")} - set(order))

@@ -246,7 +246,7 @@ def test_chat_template_output_cap_reaches_transformers_rendering():
     from transformers import AutoTokenizer
     from transformers.utils import chat_template_utils
 
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     assert callable(getattr(chat_template_utils, "_compile_jinja_template", None)), \
         f"transformers {compat.CHECKED_AGAINST['transformers']} had chat_template_utils._compile_jinja_template"

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from swiftbox import data
-from swiftbox.modeling.toy import toy_path
+from swiftbox.catalog.toy import toy_path
 
 ROW = {"messages": [{"role": "user", "content": "Is 7 odd?"}, {"role": "assistant", "content": "yes"}]}
 PAIR = {"prompt": "Is 7 odd?", "chosen": "yes", "rejected": "no"}

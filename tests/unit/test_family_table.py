@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from swiftbox.modeling import registry
+from swiftbox.catalog import presets as registry
 from tests.support import family_table as ft
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from swiftbox import compat
-from swiftbox.modeling import registry
+from swiftbox.catalog import presets as registry
 from tests.support.packing_exact import ROW_LENGTHS, check, packed_batch, rows, tiny_model
 
 PER_SAMPLE = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "lfm2", "lfm2_moe", "falcon_h1",

@@ -21,8 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog")),
     ("data", ("data",)),                                    # datasets: read, render, tokenize
     # what models exist: the presets, and the committed toy with what builds and measures it (scoring)
-    ("catalog", ("modeling.registry", "modeling.toy", "modeling.toy_corpus", "modeling.toy_pretrain",
-                 "modeling.scoring")),
+    ("catalog", ("catalog",)),
     ("hub", ("hub",)),                                      # resolve and fetch a model reference, by the catalog
     ("models", ("modeling",)),                              # load models, adapter chains, score (reads hub)
     ("tools", ("parity", "diagnose", "training", "benchmarks", "migrate")),

@@ -16,7 +16,7 @@ from menus import datasets, main, review, widgets
 from menus.device_info import DeviceFacts, DeviceProbe
 from menus.flows import FLOWS, run_flow
 from menus.widgets import BACK
-from swiftbox.modeling.registry import PRESETS as ALL_PRESETS
+from swiftbox.catalog.presets import PRESETS as ALL_PRESETS
 from tests.conftest import ROOT
 from tests.fakes.menu_keys import BACKSPACE, CTRL_C, DOWN, ENTER, ESC, FACTS, UP, keys, make_session
 
@@ -31,7 +31,7 @@ def _at_root(monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_presets(monkeypatch):
     """Model lists are toy + Other (the keystrokes below count on it) unless a test puts presets back."""
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     monkeypatch.setattr(registry, "PRESETS", ())
 
@@ -187,7 +187,7 @@ def test_memory_estimates_come_from_the_registry(tmp_path, monkeypatch, built):
 
 def test_presets_and_estimates_from_the_registry(tmp_path, monkeypatch, built):
     from menus import registry
-    from swiftbox.modeling import registry as models
+    from swiftbox.catalog import presets as models
 
     qwen = next(p for p in ALL_PRESETS if p.name == "qwen2.5-7b-instruct")
     monkeypatch.setattr(models, "PRESETS", (qwen,))
@@ -216,7 +216,7 @@ def test_method_default_is_qlora_when_only_it_fits(monkeypatch):
 
 def test_every_registry_preset_is_offered(monkeypatch):
     from menus import registry
-    from swiftbox.modeling import registry as models
+    from swiftbox.catalog import presets as models
 
     monkeypatch.setattr(models, "PRESETS", ALL_PRESETS)
     refs = [o.ref for o in registry.model_options()]

@@ -17,7 +17,7 @@ LORA = {"method": "lora", "lora": {"rank": 8, "alpha": 16}, "epochs": 1.0}
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch):
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     monkeypatch.chdir(ROOT)                      # bundled datasets are listed relative to the working directory
     monkeypatch.setattr(registry, "PRESETS", ())  # model lists: toy + Other

@@ -13,7 +13,7 @@ from tests.fakes.menu_keys import BACKSPACE, ENTER, keys, make_session
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch):
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     monkeypatch.chdir(ROOT)                      # bundled datasets are listed relative to the working directory
     monkeypatch.setattr(registry, "PRESETS", ())  # model lists: toy + Other

@@ -23,7 +23,7 @@ GPTQ_OK = DeviceFacts(**{**FACTS.__dict__, "refusals": {}})
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch):
-    from swiftbox.modeling import registry
+    from swiftbox.catalog import presets as registry
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(registry, "PRESETS", ())  # model lists: toy + Other (as in test_menu.py)

@@ -161,7 +161,7 @@ def test_omitted_keys_take_the_peers_defaults(tmp_path):
     full = ms_swift.translate_argv("sft", ["--model", "toy", "--dataset", str(data), "--tuner_type", "full"])
     cfg = validate_recipe(full.recipe).steps[0].config
     assert cfg.learning_rate == 1e-5 and cfg.method == "full"
-    from swiftbox.modeling.toy import toy_path
+    from swiftbox.catalog.toy import toy_path
 
     own = json.loads((toy_path(0) / "config.json").read_text())["max_position_embeddings"]
     assert cfg.max_length == own      # unset: the model's own max_model_len, as ms-swift

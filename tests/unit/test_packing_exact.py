@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from swiftbox.modeling import registry
+from swiftbox.catalog import presets as registry
 from tests.support.packing_exact import FAMILIES, TEXT_MODEL_OF, check
 
 # families whose packed path is exact only through an optional kernel package (else transformers refuses packing)

@@ -14,8 +14,8 @@ def test_dpo_loss_and_grads_unchanged_by_scoring_reply_positions_only(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
+    from swiftbox.catalog.toy import toy_path
     from swiftbox.compat import trl_scores_label_positions_only
-    from swiftbox.modeling.toy import toy_path
 
     path = toy_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from swiftbox.catalog import presets as registry
 from swiftbox.errors import Unsupported
-from swiftbox.modeling import registry
 
 NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "gpt-oss", "Llama-4", "GLM-4.5",
                 "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3",

@@ -38,7 +38,7 @@ def tok(toy_dir):
 
 
 def test_every_preset_family_has_a_fixture():
-    from swiftbox.modeling.registry import PRESETS
+    from swiftbox.catalog.presets import PRESETS
 
     missing = sorted({p.family for p in PRESETS} - set(FIXTURE_OF))
     assert not missing, f"preset families without a real-template fixture: {missing}"

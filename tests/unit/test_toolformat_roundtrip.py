@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from swiftbox.modeling import registry
+from swiftbox.catalog import presets as registry
 from swiftbox.serving import toolformats
 from tests.support import family_table as ft
 

@@ -82,8 +82,8 @@ def layout_of(cfg) -> quant_methods.Layout:
 
 def accuracy(model, tokenizer, pairs: list) -> float:
     """Greedy accuracy on (messages, reference) pairs, as the eval step measures it."""
+    from swiftbox.catalog.scoring import generate
     from swiftbox.data.answers import matches
-    from swiftbox.modeling.scoring import generate
 
     predictions = generate(model, tokenizer, [p for p, _ in pairs], 16, 16)
     return round(sum(matches(pred, ref, "exact") for pred, (_, ref) in zip(predictions, pairs)) / len(pairs), 4)

@@ -1,6 +1,6 @@
 """Tool calls and reasoning in a model's answer, for the built-in engine: one `ToolFormat` record per way models
 write calls (after vLLM's `tool_parsers`; vLLM itself parses with the `--tool-call-parser` / `--reasoning-parser`
-the preset names, see modeling/registry.py), and a stream parser that reads any of them token by token.
+the preset names, see catalog/presets.py), and a stream parser that reads any of them token by token.
 
     module        format (swiftbox name: vLLM parser names)
     hermes        hermes: hermes (JSON in <tool_call>; swiftbox's default tool format, data/dialect.py)

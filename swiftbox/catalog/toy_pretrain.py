@@ -1,6 +1,6 @@
 """Pretraining of the toy model: a plain, readable next-token loop over the bundled corpus.
 
-Run through `python -m swiftbox.modeling.toy --rebuild [--steps N] [--seed S]`; the committed weights in
+Run through `python -m swiftbox.catalog.toy --rebuild [--steps N] [--seed S]`; the committed weights in
 swiftbox/assets/toy/ were made this way (the record is assets/toy/toy.json). Deterministic for a given
 seed on a given device and software stack: the same machine gives byte-identical safetensors.
 """

@@ -9,7 +9,7 @@ Two sources, both bundled under swiftbox/assets/ (no network):
   pretrained model cannot already answer the parity task; it does teach the features a LoRA can reuse
   (where a number ends, which digit is last, the chat format, answering yes or no).
 
-Deterministic: the same seed gives the same text. `python -m swiftbox.modeling.toy --corpus` writes
+Deterministic: the same seed gives the same text. `python -m swiftbox.catalog.toy --corpus` writes
 assets/toy_corpus.txt (training, generated part) and assets/toy_heldout.txt (held-out, both sources).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ BPE tokenizer trained (with `tokenizers`) on bundled text, a ChatML chat templat
 
 Its weights are committed under swiftbox/assets/toy/ (a few MB) together with the record of how they
 were made (toy.json: corpus, steps, seed, time, machine, held-out perplexity against a random model's).
-`python -m swiftbox.modeling.toy --rebuild` reproduces them: tokenizer training is byte-identical
+`python -m swiftbox.catalog.toy --rebuild` reproduces them: tokenizer training is byte-identical
 everywhere; pretraining (toy_pretrain.py) is byte-identical on the same device and software stack.
 `toy_path()` copies the committed model into $SWIFTBOX_CACHE (default ~/.cache/swiftbox) under a key of
 TOY_VERSION and the weights' hash, so an older cache (the random toy of version 1) is never reused.
@@ -55,7 +55,7 @@ def toy_path(seed: int = 0) -> Path:
     """The cached toy model directory (a copy of the committed one), made on first use."""
     if seed != 0:
         raise UserError(f"model toy:{seed}: the toy is pretrained once (committed weights), there are no seeded "
-                        "variants any more; use toy (to pretrain your own: python -m swiftbox.modeling.toy --rebuild "
+                        "variants any more; use toy (to pretrain your own: python -m swiftbox.catalog.toy --rebuild "
                         "--seed N --out DIR, then pass DIR)")
     target = cache_root() / "toy" / f"v{TOY_VERSION}-{weights_digest()[:12]}"
     if not (target / "model.safetensors").is_file():
@@ -77,7 +77,7 @@ def build_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from swiftbox.modeling.toy_corpus import training_documents
+    from swiftbox.catalog.toy_corpus import training_documents
 
     tok = Tokenizer(models.BPE())
     # Qwen-style: digits stay single tokens, then byte-level BPE
@@ -120,9 +120,9 @@ def new_model(tokenizer, seed: int = 0, shape: dict | None = None):
 
 def heldout_perplexity(model, tokenizer) -> float:
     """Perplexity on assets/toy_heldout.txt, measured exactly as `./launch.sh eval --perplexity` does."""
+    from swiftbox.catalog.scoring import perplexity
+    from swiftbox.catalog.toy_corpus import HELDOUT
     from swiftbox.data import load_texts
-    from swiftbox.modeling.scoring import perplexity
-    from swiftbox.modeling.toy_corpus import HELDOUT
 
     return perplexity(model, tokenizer, load_texts(HELDOUT))
 
@@ -136,8 +136,8 @@ def build_toy(out_dir: str | Path, seed: int = 0, steps: int | None = None, shap
     import torch
     import transformers
 
-    from swiftbox.modeling.toy_corpus import training_documents
-    from swiftbox.modeling.toy_pretrain import PretrainConfig, pretrain
+    from swiftbox.catalog.toy_corpus import training_documents
+    from swiftbox.catalog.toy_pretrain import PretrainConfig, pretrain
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -174,7 +174,7 @@ def build_toy(out_dir: str | Path, seed: int = 0, steps: int | None = None, shap
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m swiftbox.modeling.toy", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m swiftbox.catalog.toy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="pretrain the toy from scratch")
     parser.add_argument("--corpus", action="store_true", help="rewrite assets/toy_corpus.txt and toy_heldout.txt")
     parser.add_argument("--out", default=str(COMMITTED), help="where --rebuild writes (default: the committed toy)")
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=None, help="experiments: number of layers")
     args = parser.parse_args(argv)
     if args.corpus:
-        from swiftbox.modeling.toy_corpus import write_corpus
+        from swiftbox.catalog.toy_corpus import write_corpus
 
         write_corpus()
     if args.rebuild:
