@@ -13,7 +13,7 @@ server's prompts alike - both go through data.render):
     * an assistant call is `<tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>` after the reply's text,
       one block per call, blocks separated by a newline;
     * tool results become one user turn of `<tool_response>\n...\n</tool_response>` blocks.
-  The server parses that format back (serve/toolcalls.py, "hermes"), so a model trained with it calls tools
+  The server parses that format back (serving/toolformats/, "hermes"), so a model trained with it calls tools
   through the API.
 - reasoning: printed from the field the template reads - `reasoning_content`, or `reasoning` (Hunyuan 3, Kimi),
   or `thinking` (LFM2.5) - or from Mistral-style `thinking` content chunks

@@ -1,16 +1,23 @@
-"""serving: one OpenAI-compatible server, two engines (built-in continuous batching, or vLLM as a child).
+"""serving: one server, several API families, two engines (built-in continuous batching, or vLLM as a child).
 
-Laid out like vLLM's entrypoints: per endpoint a thin router, pydantic request and response models in one
-protocol module, the logic behind one typed engine seam.
+Laid out like vLLM's entrypoints: one folder per API family (its pydantic request and response models, its thin
+route, how its answer is rendered onto the wire), all over one typed engine seam.
 
+    openai/        chat and text completions: protocol.py, routes.py, render.py (bodies + SSE), logprobs.py
+    anthropic/     Messages: protocol.py, translate.py (onto the chat request), route.py, render.py (SSE events)
+    responses/     Responses: protocol.py, translate.py, store.py (previous_response_id, GET, DELETE,
+                   input_items), route.py, render.py (the Response object + its typed events)
     launch.py      serve config -> a running Backend: served names, engine choice, API key / exposure
-    app.py         build_app(backend): middleware + routers          guard.py   API key, body limit
-    routes/        one thin router per endpoint (chat, completions, models, adapters, system)
-    protocol.py    request and response bodies (pydantic)            errors.py  OpenAI's error shape
+    app.py         build_app(backend): middleware + every family's routers       guard.py   API key, body limit
+    routes/        the routes every family shares (models, adapters, system) and their helpers
+    protocol.py    the shared bodies (ResponseBody, Usage, model list, health, adapter admin requests, raw_body)
+    errors.py      the error shapes (OpenAI's, Anthropic's)      render.py  shared body pieces (SSE, ids, models)
     backend.py     the Backend protocol: what every engine offers the routes
-    responses.py   the one place that builds response bodies (from engine-neutral Outputs)
+    answer.py      Output: one finished choice, engine-neutral (every family renders from it)
+    onto_chat.py   what the Messages / Responses translations share on their way onto the chat request
+    chat_answer.py the chat answer read back (JSON or SSE) for the translated families
     builtin/       the built-in engine: backend.py (requests -> engine), engine.py (the scheduler thread),
-                   prefill.py, sampling.py, adapter_slots.py, textstream.py, logprobs.py
+                   prefill.py, sampling.py, constrained.py, adapter_slots.py, textstream.py
     vllm/          the vLLM engine: plan.py (the `vllm serve` command), child.py (child process + relay)
     fit.py         engine fit: which adapters and quantization formats each engine serves here
     adapters.py    runtime LoRA adapter policy (roots, base model identity, engine fit, count/memory caps)
@@ -19,10 +26,30 @@ protocol module, the logic behind one typed engine seam.
     metrics.py     /metrics (Prometheus)     toolformats/   tool calls / reasoning out of an answer, per format
     server.py      uvicorn on a bound socket  smoke.py      one question through the openai client
     remote.py      a client for a running server's adapter routes (chat --url, the menu)
-    translate.py   /v1/messages and /v1/responses onto the chat request, and the chat answer read back
-    response_store.py   the bounded store behind /v1/responses (previous_response_id, GET, DELETE, input_items)
     fields.py      the spec: every SDK request parameter per endpoint and engine (honoured / refused / hint)
 
 The step (swiftbox/pipelines/serve.py) checks, runs the pre-deploy gate (swiftbox.verify.startup_gate),
 opens the backend here and serves; this package imports nothing above it (tests/unit/test_layers.py).
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftbox.serving.fit import artifact_problems
+    from swiftbox.serving.remote import Remote, RemoteError
+
+# the public surface (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it),
+# loaded lazily so importing one module here loads no other
+_EXPORTS = {"artifact_problems": "swiftbox.serving.fit", "Remote": "swiftbox.serving.remote",
+            "RemoteError": "swiftbox.serving.remote"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Remote", "RemoteError", "artifact_problems"]

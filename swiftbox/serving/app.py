@@ -1,14 +1,14 @@
-"""The one front door: a FastAPI app with the OpenAI routes, whatever engine answers behind it.
+"""The one front door: a FastAPI app with every API family's routes, whatever engine answers behind it.
 
-`build_app(backend)` assembles it: the routers (routes/: one per endpoint), OpenAI's error shape for every
-failure (errors.py), the Guard middleware (guard.py: API key, body limit) and RequestCounter (metrics.py:
-every answer counted, the guard's 401/413 too). The routes validate requests (protocol.py), check the model
-name and hand over to `backend`, the app's one `Backend` (backend.py): the built-in engine
-(builtin/backend.py) or the vLLM relay (vllm/child.py).
+`build_app(backend)` assembles it: the routers (`routers()`: each API family's folder - openai/, anthropic/,
+responses/ - and the shared routes/), OpenAI's error shape for every failure (errors.py), the Guard middleware
+(guard.py: API key, body limit) and RequestCounter (metrics.py: every answer counted, the guard's 401/413 too).
+The routes validate requests (each family's protocol.py), check the model name and hand over to `backend`, the
+app's one `Backend` (backend.py): the built-in engine (builtin/backend.py) or the vLLM relay (vllm/child.py).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from swiftbox.serving.errors import install_handlers
 
@@ -27,8 +27,7 @@ def build_app(backend: Backend, *, api_key: str | None = None, max_body: int = M
 
     from swiftbox.serving.guard import OPEN_PATHS, Guard
     from swiftbox.serving.metrics import RequestCounter, ServeMetrics
-    from swiftbox.serving.response_store import ResponseStore
-    from swiftbox.serving.routes import routers
+    from swiftbox.serving.responses.store import ResponseStore
 
     app = FastAPI(title="swiftbox", version="1", description="OpenAI-compatible API served by swiftbox")
     install_handlers(app)
@@ -43,3 +42,13 @@ def build_app(backend: Backend, *, api_key: str | None = None, max_body: int = M
     for router in routers():
         app.include_router(router)
     return app
+
+
+def routers() -> list[Any]:
+    """Every router, in the order the app includes them."""
+    from swiftbox.serving.anthropic import route as messages
+    from swiftbox.serving.openai import routes as openai
+    from swiftbox.serving.responses import route as responses
+    from swiftbox.serving.routes import adapters, models, system
+
+    return [system.router, models.router, openai.router, messages.router, responses.router, adapters.router]

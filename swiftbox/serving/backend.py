@@ -1,8 +1,8 @@
 """The seam between the HTTP front door and an engine: the `Backend` protocol every engine implements.
 
-The routes (routes/) validate a request (protocol.py), check the model name and hand the request to the app's
-one Backend; the Backend answers it (the built-in engine generates, the vLLM child relays) and returns the
-HTTP response, built by responses.py where swiftbox generates the body. Two implementations:
+Each API family's route validates a request (its protocol.py), checks the model name and hands the request to
+the app's one Backend; the Backend answers it (the built-in engine generates, the vLLM child relays) and returns the
+HTTP response, built by openai/render.py where swiftbox generates the body. Two implementations:
 `builtin.backend.BuiltinBackend` and `vllm.child.VllmBackend`; mypy checks both against this protocol where
 launch.open_backend assigns them to a `Backend`, so a method an engine lacks fails the lint gate, not a request.
 """
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.metrics import EngineStats, ServeMetrics
-    from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
+    from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 class Backend(Protocol):
     name: str                                    # "builtin" | "vllm": /health and the step's manifest say it
@@ -41,7 +41,7 @@ class Backend(Protocol):
         ...
 
     async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
-        """The answer (JSON, or SSE when req.stream), its body built by responses.py; `request` gives the raw body
+        """The answer (JSON, or SSE when req.stream), its body built by openai/render.py; `request` gives the raw body
         (protocol.raw_body, for a relay) and tells when the client has gone away."""
         ...
 
@@ -49,7 +49,8 @@ class Backend(Protocol):
 
     async def native(self, path: str, request: Request, stream: bool) -> Optional[Response]:
         """The engine's own answer to `path` (/v1/messages, /v1/messages/count_tokens, /v1/responses) where it
-        serves that API itself (vLLM); None: the front door translates the request onto chat (translate.py)."""
+        serves that API itself (vLLM); None: the front door translates the request onto chat (the family's
+        translate.py)."""
         ...
 
     async def count_tokens(self, req: ChatCompletionRequest) -> int:

@@ -19,9 +19,9 @@ sampling extras, fields older SDKs send). Any other top-level field is ignored a
     screen(api, body, engine)   the refusals of this engine, in a route before the engine sees the request
     render_markdown()           the tables as docs/serving.md shows them (python -m swiftbox.serving.fields FILE)
 
-The shape of each value (types, bounds) is checked by the request models in protocol.py; the per-value rules of an
-honoured field (tool_choice 'required' on the built-in engine, text.format, truncation) live with the code that
-honours it and say so in the note.
+The shape of each value (types, bounds) is checked by the request models in each family's protocol.py; the
+per-value rules of an honoured field (tool_choice 'required' on the built-in engine, text.format, truncation)
+live with the code that honours it and say so in the note.
 """
 from __future__ import annotations
 

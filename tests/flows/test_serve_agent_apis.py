@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swiftbox.serving.toolcalls import Parsed
+from swiftbox.serving.toolformats import Parsed
 from tests.support.serve_fixtures import KEY, make_adapter, start_server
 
 anthropic = pytest.importorskip("anthropic")
@@ -213,7 +213,7 @@ def test_responses_stream_events_and_store(live, oclient):
 
 def test_store_is_bounded():
     from swiftbox.serving.errors import ApiError
-    from swiftbox.serving.response_store import ResponseStore
+    from swiftbox.serving.responses.store import ResponseStore
 
     store = ResponseStore(max_responses=2, max_chars=200)
     for k in range(3):

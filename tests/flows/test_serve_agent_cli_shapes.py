@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from swiftbox.serving.builtin.backend import DEFAULT_CHAT_MAX_TOKENS
-from swiftbox.serving.toolcalls import Parsed
+from swiftbox.serving.toolformats import Parsed
 from tests.support.serve_fixtures import KEY, start_server
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

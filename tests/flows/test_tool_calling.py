@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from swiftbox.serving import toolcalls
+from swiftbox.serving import toolformats
 from tests.support.serve_fixtures import KEY, start_server
 
 TEMPLATES = "tests/fixtures/templates/"
@@ -32,8 +32,8 @@ def template(name: str) -> str:
     ("THUDM-glm-4-9b-chat", 'get_weather\n{"city": "Paris"}', None),
 ])
 def test_each_family_tool_call_format_parses(name, text, content):
-    fmt = toolcalls.tool_format(template(name))
-    parsed = toolcalls.parse(text, fmt, tool_names={"get_weather"})
+    fmt = toolformats.tool_format(template(name))
+    parsed = toolformats.parse(text, fmt, tool_names={"get_weather"})
     assert parsed.content == content
     (call,) = parsed.tool_calls
     assert call["type"] == "function" and call["id"].startswith("call_")
@@ -41,14 +41,15 @@ def test_each_family_tool_call_format_parses(name, text, content):
 
 
 def test_plain_or_malformed_answers_stay_content_and_reasoning_splits():
-    fmt = toolcalls.tool_format(template("Qwen-Qwen2.5-7B-Instruct"))
-    assert toolcalls.parse("It is sunny.", fmt).tool_calls == []
-    bad = toolcalls.parse('<tool_call>{"name": oops}</tool_call>', fmt)
+    fmt = toolformats.tool_format(template("Qwen-Qwen2.5-7B-Instruct"))
+    assert toolformats.parse("It is sunny.", fmt).tool_calls == []
+    bad = toolformats.parse('<tool_call>{"name": oops}</tool_call>', fmt)
     assert bad.tool_calls == [] and "oops" in bad.content
-    assert toolcalls.thinks(template("Qwen-Qwen3-0.6B")) and not toolcalls.thinks(template("Qwen-Qwen2.5-7B-Instruct"))
-    r = toolcalls.parse("<think>\nPlan it.\n</think>\n\nHello.", "", think=True)
+    assert toolformats.thinks(template("Qwen-Qwen3-0.6B"))
+    assert not toolformats.thinks(template("Qwen-Qwen2.5-7B-Instruct"))
+    r = toolformats.parse("<think>\nPlan it.\n</think>\n\nHello.", "", think=True)
     assert (r.reasoning, r.content) == ("Plan it.", "Hello.")
-    r1 = toolcalls.parse("Plan it.\n</think>\n\nHello.", "", think=True)      # R1: the prompt opened <think>
+    r1 = toolformats.parse("Plan it.\n</think>\n\nHello.", "", think=True)      # R1: the prompt opened <think>
     assert (r1.reasoning, r1.content) == ("Plan it.", "Hello.")
 
 
@@ -86,7 +87,7 @@ def sendable(parsed) -> None:
 def test_hostile_model_output_parses_to_calls_or_plain_content(fmt, case):
     for text in wrap(fmt, HOSTILE[case]):
         for think in (False, True):
-            parsed = toolcalls.parse(text, fmt, think=think, tool_names={"f"})
+            parsed = toolformats.parse(text, fmt, think=think, tool_names={"f"})
             assert parsed.tool_calls or parsed.content == text.strip(), (case, text[:80])
             sendable(parsed)
 
@@ -96,7 +97,7 @@ def _cost(text: str, fmt: str, think: bool) -> float:
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        toolcalls.parse(text, fmt, think=think, tool_names={"f"})
+        toolformats.parse(text, fmt, think=think, tool_names={"f"})
         best = min(best, time.perf_counter() - t0)
         if best > 0.5:
             break

@@ -1,7 +1,7 @@
 """Structured outputs and logit_bias in the built-in engine's sampler, without a server: the grammar's mask
 (swiftbox/serving/builtin/constrained.py, llguidance) on the toy tokenizer under random scores, and OpenAI's
-logit_bias; the request checks of protocol.py. The served proof (openai / anthropic clients, the real model) is
-tests/flows/test_serve_structured.py."""
+logit_bias; the request checks of each family's protocol.py. The served proof (openai / anthropic clients, the real
+model) is tests/flows/test_serve_structured.py."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,12 @@ import json
 import pytest
 import torch
 
+from swiftbox.serving.anthropic.protocol import anthropic_format
 from swiftbox.serving.builtin.constrained import Grammars
 from swiftbox.serving.builtin.sampling import SamplingParams, sample_row
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.protocol import anthropic_format, logit_bias, response_format, responses_format
+from swiftbox.serving.openai.protocol import logit_bias, response_format
+from swiftbox.serving.responses.protocol import responses_format
 
 # a finite language (bounded numbers, strings and arrays): every walk under random scores ends within the step bound
 SCHEMA = {"type": "object", "properties": {

@@ -130,7 +130,7 @@ def test_a_row_ending_with_a_tool_result_trains_the_call(tok):
 def test_tool_rows_for_a_template_without_tools_use_the_default_format(tok, shape, name, eot):
     """Rendered in the default tool format at training time; the same text is what the server renders for a
     request with tools, and what its parser reads back as a tool call."""
-    from swiftbox.serving import toolcalls
+    from swiftbox.serving import toolformats
 
     use(tok, name)
     (row,) = load(shape)
@@ -138,7 +138,7 @@ def test_tool_rows_for_a_template_without_tools_use_the_default_format(tok, shap
     assert got == [CALL + eot, "It is 21 degrees." + eot]
     prompt = data.render(tok, row["messages"][:-3], row["tools"], generation_prompt=True)
     assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in prompt
-    parsed = toolcalls.parse(got[0].removesuffix(eot), toolcalls.tool_format(tok.chat_template))
+    parsed = toolformats.parse(got[0].removesuffix(eot), toolformats.tool_format(tok.chat_template))
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls] == [
         ("get_weather", {"city": "Paris"})]
     assert parsed.content is None

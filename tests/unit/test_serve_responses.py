@@ -1,12 +1,15 @@
-"""serving/responses.py, the one place response bodies are built: the shapes OpenAI clients read, field by field
+"""serving/openai/render.py, the one place OpenAI bodies are built: the shapes OpenAI clients read, field by field
 (which keys are always there, null or not, and which are left out), without a model."""
 from __future__ import annotations
 
 import json
 
-from swiftbox.serving.protocol import DeltaMessage, usage
-from swiftbox.serving.responses import DONE, Output, ResponseBuilder, model_list, output
-from swiftbox.serving.toolcalls import parse
+from swiftbox.serving.answer import Output, output
+from swiftbox.serving.openai.protocol import DeltaMessage
+from swiftbox.serving.openai.render import DONE, ResponseBuilder
+from swiftbox.serving.protocol import usage
+from swiftbox.serving.render import model_list
+from swiftbox.serving.toolformats import parse
 
 
 def events(text: str) -> dict:

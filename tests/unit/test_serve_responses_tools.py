@@ -1,4 +1,4 @@
-"""The Responses API's tool kinds on the chat path (translate.responses_tools and friends): a `namespace` tool's
+"""The Responses API's tool kinds on the chat path (responses/translate.py): a `namespace` tool's
 functions are offered under flat names (`ns__name`) and their calls go back as {name, namespace}, whole and
 streamed, and as history; hosted tools (web_search ...) are accepted and not offered unless a tool_choice
 requires one; unknown kinds are a 400 naming the field. The tool list is the one Codex 0.169 sends."""
@@ -8,10 +8,12 @@ import json
 
 import pytest
 
-from swiftbox.serving import translate
+from swiftbox.serving.answer import Output
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.protocol import ResponsesRequest, usage
-from swiftbox.serving.responses import Output, ResponsesBuilder
+from swiftbox.serving.protocol import usage
+from swiftbox.serving.responses import translate
+from swiftbox.serving.responses.protocol import ResponsesRequest
+from swiftbox.serving.responses.render import ResponsesBuilder
 
 FN = {"type": "function", "name": "exec_command", "description": "run", "strict": False,
       "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
@@ -26,13 +28,13 @@ def request(**fields) -> ResponsesRequest:
 
 
 def test_namespace_functions_offered_flat_and_hosted_tools_not_offered():
-    chat, _, names = translate.responses_to_chat(request(tools=CODEX_TOOLS, tool_choice="auto"), [])
+    chat, _, names = translate.to_chat(request(tools=CODEX_TOOLS, tool_choice="auto"), [])
     offered = [t["function"]["name"] for t in chat.tools]
     assert offered == ["exec_command", "multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent"]
     assert names == {"multi_agent_v1__spawn_agent": ("multi_agent_v1", "spawn_agent"),
                      "multi_agent_v1__wait_agent": ("multi_agent_v1", "wait_agent")}
     assert chat.tools[2]["function"]["description"] == "wait"
-    only_hosted, _, _ = translate.responses_to_chat(request(tools=[{"type": "web_search"}]), [])
+    only_hosted, _, _ = translate.to_chat(request(tools=[{"type": "web_search"}]), [])
     assert only_hosted.tools is None
 
 
@@ -47,19 +49,19 @@ def test_namespace_functions_offered_flat_and_hosted_tools_not_offered():
 ])
 def test_refusals_name_the_field(fields, param):
     with pytest.raises(ApiError) as err:
-        translate.responses_to_chat(request(**fields), [])
+        translate.to_chat(request(**fields), [])
     assert err.value.status == 400 and err.value.param == param
 
 
 def test_named_choice_of_a_namespaced_function_is_its_flat_name():
-    chat, _, _ = translate.responses_to_chat(
+    chat, _, _ = translate.to_chat(
         request(tools=CODEX_TOOLS, tool_choice={"type": "function", "name": "spawn_agent",
                                                 "namespace": "multi_agent_v1"}), [])
     assert chat.tool_choice == {"type": "function", "function": {"name": "multi_agent_v1__spawn_agent"}}
 
 
 def test_calls_go_back_with_their_namespace_whole_streamed_and_as_history():
-    _, convo, names = translate.responses_to_chat(request(tools=CODEX_TOOLS), [])
+    _, convo, names = translate.to_chat(request(tools=CODEX_TOOLS), [])
     call = {"id": "call_1", "type": "function", "function": {"name": "multi_agent_v1__wait_agent", "arguments": "{}"}}
     plain = {"id": "call_2", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'}}
     whole = ResponsesBuilder("toy", {}, names).whole(Output(0, None, "tool_calls", None, [call, plain]),
@@ -78,7 +80,7 @@ def test_calls_go_back_with_their_namespace_whole_streamed_and_as_history():
 
     history = convo + translate.items_to_messages(whole["output"])        # previous_response_id
     assert history[-1]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__wait_agent"
-    resent, _, _ = translate.responses_to_chat(request(tools=CODEX_TOOLS, input=[   # or the items sent back
+    resent, _, _ = translate.to_chat(request(tools=CODEX_TOOLS, input=[   # or the items sent back
         {"type": "message", "role": "user", "content": "hi"},
         {**first, "status": "completed"},
         {"type": "function_call_output", "call_id": "call_1", "output": "done"}]), [])

@@ -1,8 +1,8 @@
 """The built-in engine's `Backend`: chat template, token budget checks, one Run per request, SSE or JSON answers
-(the bodies built by responses.py from the Run's Outputs).
+(the bodies built by openai/render.py from the Run's Outputs).
 
 Each choice (`n`) is its own engine sequence, all n submitted together so they share one prefill; events
-come back on an asyncio queue (logprobs, when asked, arrive just before their token; responses.py shapes
+come back on an asyncio queue (logprobs, when asked, arrive just before their token; openai/render.py shapes
 them). A client that disconnects cancels its sequences, which frees their slots: mid-stream through the
 generator's `finally`, for a plain JSON answer by polling `request.is_disconnected()` while it waits.
 
@@ -16,23 +16,17 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
+from swiftbox.serving.answer import Output, output
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
 from swiftbox.serving.builtin.constrained import Grammar, Grammars
 from swiftbox.serving.builtin.engine import QueueFull
 from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
 from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
-from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage, Usage, usage
-from swiftbox.serving.responses import (
-    DONE,
-    Entry,
-    LogprobFormatter,
-    Output,
-    PromptEntry,
-    ResponseBuilder,
-    error_event,
-    output,
-)
+from swiftbox.serving.openai.logprobs import Entry, LogprobFormatter, PromptEntry
+from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage
+from swiftbox.serving.openai.render import DONE, ResponseBuilder, error_event
+from swiftbox.serving.protocol import Usage, usage
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -253,7 +247,7 @@ class BuiltinBackend:
 
     # -- logit_bias and structured outputs (sampling.py, constrained.py) ---------------------------
     def checked_bias(self, req) -> Optional[dict[int, float]]:
-        """The request's logit_bias (its shape checked by protocol.py), each id within the vocabulary, or a 400
+        """The request's logit_bias (its shape checked by openai/protocol.py), each id within the vocabulary, or a 400
         naming logit_bias."""
         bias = getattr(req, "logit_bias", None)
         if not bias:

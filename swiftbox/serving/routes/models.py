@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from swiftbox.serving import responses
+from swiftbox.serving import render
 from swiftbox.serving.routes import backend_of, check_model
 
 router = APIRouter()
@@ -12,10 +12,10 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def models(request: Request) -> JSONResponse:
-    return JSONResponse(responses.model_list(backend_of(request).model_names()).model_dump())
+    return JSONResponse(render.model_list(backend_of(request).model_names()).model_dump())
 
 
 @router.get("/v1/models/{model_id:path}")
 async def model(model_id: str, request: Request) -> JSONResponse:
     check_model(backend_of(request), model_id)
-    return JSONResponse(responses.model_card(model_id).model_dump())
+    return JSONResponse(render.model_card(model_id).model_dump())

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from swiftbox.serving import responses
+from swiftbox.serving import render
 from swiftbox.serving.metrics import CONTENT_TYPE
 from swiftbox.serving.routes import backend_of, metrics_of
 
@@ -15,7 +15,7 @@ router = APIRouter()
 async def health(request: Request) -> JSONResponse:
     backend = backend_of(request)
     ok = await backend.healthy()
-    return JSONResponse(responses.health(ok, backend.name).model_dump(), status_code=200 if ok else 503)
+    return JSONResponse(render.health(ok, backend.name).model_dump(), status_code=200 if ok else 503)
 
 
 @router.get("/metrics")

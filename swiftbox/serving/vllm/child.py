@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.metrics import ServeMetrics
-    from swiftbox.serving.protocol import ChatCompletionRequest, CompletionRequest
+    from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
 
 
 class VllmProcess:

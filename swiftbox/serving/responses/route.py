@@ -1,8 +1,8 @@
 """/v1/responses (OpenAI Responses API).
 
-POST: validated by ResponsesRequest, the conversation rebuilt from `previous_response_id` (response_store.py; 404
-when unknown or evicted) plus `input`, translated onto the chat request (translate.responses_to_chat) and answered by
-the backend's chat path; responses.ResponsesBuilder shapes the Response object and its typed stream events.
+POST: validated by ResponsesRequest, the conversation rebuilt from `previous_response_id` (store.py; 404
+when unknown or evicted) plus `input`, translated onto the chat request (translate.to_chat) and answered by
+the backend's chat path; render.ResponsesBuilder shapes the Response object and its typed stream events.
 `store: false` answers are not kept. An engine with its own /v1/responses (vLLM) is handed the request as sent
 (Backend.native).
 
@@ -17,12 +17,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
-from swiftbox.serving import fields, translate
+from swiftbox.serving import fields
+from swiftbox.serving.chat_answer import event_stream, whole
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.protocol import ResponsesRequest, raw_body
-from swiftbox.serving.response_store import ResponseStore, Stored
-from swiftbox.serving.responses import ResponsesBuilder
-from swiftbox.serving.routes import backend_of, check_model, event_stream
+from swiftbox.serving.protocol import raw_body
+from swiftbox.serving.responses import translate
+from swiftbox.serving.responses.protocol import ResponsesRequest
+from swiftbox.serving.responses.render import ResponsesBuilder
+from swiftbox.serving.responses.store import ResponseStore, Stored
+from swiftbox.serving.routes import backend_of, check_model
 
 router = APIRouter()
 MAX_PAGE = 100          # OpenAI's bound on input_items' limit
@@ -51,7 +54,7 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
         return relayed
     store = store_of(request)
     history = store.get(body.previous_response_id)[1] if body.previous_response_id else []
-    chat, convo, names = translate.responses_to_chat(body, history)
+    chat, convo, names = translate.to_chat(body, history)
     bodies = ResponsesBuilder(body.model, echo(body), names)
     answer = await backend.chat(chat, request)
 
@@ -63,7 +66,7 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
     if not body.stream:
         if answer.status_code == 499:        # the client went away
             return answer
-        output, used = translate.whole(answer)
+        output, used = whole(answer)
         result = bodies.whole(output, used)
         keep(result)
         return JSONResponse(result)

@@ -1,7 +1,7 @@
 """POST /v1/messages and /v1/messages/count_tokens (Anthropic Messages API): validated by MessagesRequest,
-translated onto the chat request (translate.to_chat) and answered by the backend's chat path; the answer is
-shaped back by responses.MessagesBuilder. Errors on these paths are in Anthropic's shape (errors.py). An engine
-with its own /v1/messages (vLLM) is handed the request as sent (Backend.native)."""
+translated onto the chat request (translate.to_chat) and answered by the backend's chat path; the answer is shaped
+back by render.MessagesBuilder. Errors on these paths are in Anthropic's shape (errors.py). An engine with its own
+/v1/messages (vLLM) is handed the request as sent (Backend.native)."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,11 +10,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
-from swiftbox.serving import fields, translate
+from swiftbox.serving import fields
+from swiftbox.serving.anthropic import translate
+from swiftbox.serving.anthropic.protocol import CountTokensRequest, MessagesRequest
+from swiftbox.serving.anthropic.render import MessagesBuilder
+from swiftbox.serving.chat_answer import event_stream, whole
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.protocol import CountTokensRequest, MessagesRequest, raw_body
-from swiftbox.serving.responses import MessagesBuilder
-from swiftbox.serving.routes import backend_of, check_model, event_stream
+from swiftbox.serving.protocol import raw_body
+from swiftbox.serving.routes import backend_of, check_model
 
 router = APIRouter()
 
@@ -53,7 +56,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     if not body.stream:
         if answer.status_code == 499:        # the client went away
             return answer
-        return JSONResponse(bodies.message(*translate.whole(answer)))
+        return JSONResponse(bodies.message(*whole(answer)))
     return StreamingResponse(event_stream(bodies, answer), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
