@@ -158,6 +158,9 @@ PACKING_NOT_EXACT = {
     # attention-only, yet not exact: transformers' GptOssModel builds its mask without position_ids, so the packed
     # rows' boundaries are never found and the rows attend to each other (measured: tests/unit/test_packing_exact.py)
     "gpt_oss": "a causal mask that ignores the packed rows' position_ids",
+    # DeepSeek Sparse Attention (GLM-5): the indexer picks its top-k keys over the whole packed row, so once a row has
+    # more keys before it than index_topk the picks differ from the row alone (measured: test_packing_exact.py)
+    "glm_moe_dsa": "a sparse-attention indexer that picks its top-k keys across the packed rows",
 }
 # custom-code families (trust_remote_code: the checkpoint's own modelling code, not transformers'): their attention
 # builds its mask from the attention mask alone, so nothing keeps a packed row from attending to the row before it.
@@ -309,6 +312,12 @@ PRESETS_2026B: tuple[Preset, ...] = (
            ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
            notes="MoE, 1.5B active; short convolutions: packs (mixers per sample). " + _UNVERIFIED_MS,
            tool_parser="lfm2", model_type="lfm2_moe", active_params_b=1.5),
+    Preset("glm-5", "GLM-5", "ZhipuAI/GLM-5", "zai-org/GLM-5", 744.0,
+           "GLM-5 ([gMASK]<sop><|user|> ... <|assistant|></think>); generation prompt opens <think> "
+           "(enable_thinking=False closes it); <tool_call>NAME<arg_key>..</arg_value></tool_call>",
+           ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"),
+           notes="MoE, 40B active; DeepSeek Sparse Attention: packing pads (the indexer's top-k spans packed rows)",
+           tool_parser="glm47", reasoning_parser="glm45", model_type="glm_moe_dsa", active_params_b=40.0),
     Preset("ernie-4.5-0.3b-pt", "ERNIE-4.5", "PaddlePaddle/ERNIE-4.5-0.3B-PT", "baidu/ERNIE-4.5-0.3B-PT", 0.36,
            _ERNIE, notes=_UNVERIFIED_MS, model_type="ernie4_5"),
     Preset("ernie-4.5-21b-a3b-pt", "ERNIE-4.5", "PaddlePaddle/ERNIE-4.5-21B-A3B-PT", "baidu/ERNIE-4.5-21B-A3B-PT", 21.8,

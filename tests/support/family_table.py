@@ -131,6 +131,10 @@ FAMILIES = {   # fixture file stem -> what it renders (eos_token is the toy's <|
         "<|im_end|>", tool_call="<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|><|im_end|>",
         reasoning=("Hello.<|im_end|>", "<think>Think Bye.</think>Bye.<|im_end|>")),
     "baidu-ERNIE-4.5-0.3B-PT": Renders("<|end_of_sentence|>"),      # no tools (default format), no reasoning
+    "zai-org-GLM-5": Renders(               # as GLM-4.7-Flash: replies open </think>; the generation prompt <think>
+        "", prefix="</think>",
+        tool_call="</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+        reasoning=("</think>Hello.", "Think Bye.</think>Bye.")),
     "zai-org-GLM-4.7-Flash": Renders(       # replies open </think>; the generation prompt <think>
         "", prefix="</think>",
         tool_call="</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
@@ -163,7 +167,7 @@ FIXTURE_OF = {
     "DeepSeek-V4": "deepseek-ai-DeepSeek-V4", "Seed-OSS": "ByteDance-Seed-Seed-OSS-36B-Instruct",
     "MiniMax-M2": "MiniMaxAI-MiniMax-M2", "Hunyuan-3": "tencent-Hy3", "Apertus": "swiss-ai-Apertus-8B-Instruct",
     "Nemotron-H": "nvidia-NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "LFM2.5": "LiquidAI-LFM2.5-8B-A1B",
-    "ERNIE-4.5": "baidu-ERNIE-4.5-0.3B-PT",
+    "ERNIE-4.5": "baidu-ERNIE-4.5-0.3B-PT", "GLM-5": "zai-org-GLM-5",
 }
 # presets whose own template is a fixture other than their family's (Llama 3.2 ships a template of its own)
 PRESET_FIXTURE = {"llama-3.2-1b-instruct": "meta-llama-Llama-3.2-3B-Instruct",

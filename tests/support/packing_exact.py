@@ -42,6 +42,10 @@ FAMILIES: dict[str, dict] = {
     # issue 42: attention-only families of this year (DeepSeek-V4's hash-routed MoE layers need input_ids: top-k MoE)
     "seed_oss": {}, "apertus": {}, "minimax_m2": _MOE, "hy_v3": dict(_MOE, first_k_dense_replace=0),
     "deepseek_v4": dict(_MOE, first_k_dense_replace=0, mlp_layer_types=["moe", "moe"]),
+    # GLM-5's DeepSeek Sparse Attention: an indexer top-k (4) shorter than the rows, as real rows exceed 2048 keys
+    "glm_moe_dsa": dict(_MOE, first_k_dense_replace=0, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                        qk_nope_head_dim=8, v_head_dim=16, num_key_value_heads=4, index_topk=4, index_head_dim=16,
+                        index_n_heads=2),
     "ernie4_5": {}, "ernie4_5_moe": dict(_MOE, moe_num_experts=4, moe_k=2, moe_layer_start_index=0),
     # hybrid linear attention / state space / convolution
     "qwen3_next": dict(_MOE, layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,

@@ -13,13 +13,14 @@ from swiftbox.errors import Unsupported
 NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "gpt-oss", "Llama-4", "GLM-4.5",
                 "DeepSeek-V3", "Mistral-Small-3", "SmolLM3", "LFM2", "Granite-4", "Phi-4", "OLMo-3",
                 # issue 42
-                "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5", "ERNIE-4.5"}
+                "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5", "ERNIE-4.5",
+                "GLM-5"}
 # linear attention / Mamba / convolutions that still pad: Granite-4's SDPA mask ignores the packed rows' position_ids
 # (the other hybrids' mixers run once per packed sample: tests/unit/test_hybrid_packing.py)
 HYBRID = {"Granite-4"}
 # attention-only families whose packed batch is still not exact in transformers
 # (measured: tests/unit/test_packing_exact.py)
-ATTENTION_NOT_EXACT = {"gpt-oss"}
+ATTENTION_NOT_EXACT = {"gpt-oss", "GLM-5"}    # GLM-5: its sparse-attention indexer picks keys across packed rows
 # custom-code families (trust_remote_code): their own attention ignores the packed rows' position_ids; not measurable
 # by the packing harness, so not proven exact: they pad
 CUSTOM_CODE = {"InternLM", "Baichuan"}
