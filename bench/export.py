@@ -29,7 +29,7 @@ def train_adapter(out: Path, steps: int, lr: float = 3e-3, seed: int = 0) -> flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.catalog.toy import toy_path
+    from swiftbox.catalog import toy_path
 
     torch.manual_seed(seed)
     base = toy_path(0)
@@ -71,7 +71,7 @@ def accuracy(ref: str) -> float:
     import torch
 
     from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.modeling import load_model, load_tokenizer, resolve_spec
 
     spec = resolve_spec(ref)
     tok = load_tokenizer(spec)
@@ -98,7 +98,7 @@ def main(argv=None) -> None:
     parser.add_argument("--methods", default="gptq,awq,bnb", help="comma-separated quantize methods")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench-export"))
     args = parser.parse_args(argv)
-    from swiftbox.compat import gptqmodel_env
+    from swiftbox.modeling import gptqmodel_env
 
     gptqmodel_env()
     import swiftbox as sb

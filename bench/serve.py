@@ -345,7 +345,7 @@ def main() -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
-    from swiftbox.catalog.toy import cache_root
+    from swiftbox.catalog import cache_root
     from swiftbox.device import current_platform
 
     platform = current_platform(None if args.device == "auto" else args.device)

@@ -126,8 +126,12 @@ def timer_callback():
 
 
 def run_side(name, build_trainer, platform):
-    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
-    from swiftbox.training.lora_dropout import dropout_a_forward
+    from swiftbox.training import (
+        dropout_a_forward,
+        peft_lora_dropout_fused,
+        trl_lm_head_tiles,
+        trl_scores_label_positions_only,
+    )
 
     timer = timer_callback()
     platform.reset_peak_memory()
@@ -244,12 +248,12 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import DataCollatorForSeq2Seq, Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from swiftbox.catalog.toy import build_tokenizer
+    from swiftbox.catalog import build_tokenizer
     from swiftbox.device import current_platform
-    from swiftbox.modeling.loading import torch_dtype
-    from swiftbox.pipelines.sft import make_trainer
+    from swiftbox.modeling import torch_dtype
+    from swiftbox.pipelines import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.training.model import lora_config
+    from swiftbox.training import lora_config
 
     platform = current_platform(opts.device)
     platform.training_memory()                  # as the training flow does before the model loads

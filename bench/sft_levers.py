@@ -77,7 +77,7 @@ def settings(side: str) -> dict:
 
 def skip_reason(side: str) -> str | None:
     if side == "bf16_autocast":
-        from swiftbox.device.cpu import native_bf16_flags
+        from swiftbox.device import native_bf16_flags
 
         if not native_bf16_flags():
             return ("this CPU has no native bf16 matmul (no amx_bf16 / avx512_bf16 / bf16 flag): bf16 would be "
@@ -87,7 +87,7 @@ def skip_reason(side: str) -> str | None:
 
 @contextlib.contextmanager
 def attention_env(mode: str):
-    from swiftbox.device.cpu import ATTENTION_ENV
+    from swiftbox.device import ATTENTION_ENV
 
     old = os.environ.get(ATTENTION_ENV)
     os.environ[ATTENTION_ENV] = mode
@@ -105,14 +105,18 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
     from sft import timer_callback
     from transformers import TrainerCallback
 
-    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
     from swiftbox.data import load_sft, tokenize_sft
     from swiftbox.device import current_platform
-    from swiftbox.pipelines.sft import make_trainer
+    from swiftbox.pipelines import make_trainer
     from swiftbox.steps import LoraConfig, ProfileConfig, SftStep
-    from swiftbox.training.arguments import describe_batching
-    from swiftbox.training.lora_dropout import dropout_a_forward
-    from swiftbox.training.model import load_for_training
+    from swiftbox.training import (
+        describe_batching,
+        dropout_a_forward,
+        load_for_training,
+        peft_lora_dropout_fused,
+        trl_lm_head_tiles,
+        trl_scores_label_positions_only,
+    )
 
     s = settings(side)
     platform = current_platform("cpu")
@@ -142,7 +146,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         timer = timer_callback()
         extra = [timer, Losses()]
         if profile:
-            from swiftbox.training.profile_window import profile_callbacks
+            from swiftbox.training import profile_callbacks
 
             extra = profile_callbacks(cfg, ctx) + extra
         trainer = make_trainer(cfg, ctx, s["dtype"], tm.model, tm.tokenizer, train, None, side_work / "ckpt", extra)
@@ -225,7 +229,7 @@ def summarise(runs: list[dict], levers: list[str]) -> dict:
 def machine() -> dict:
     import torch
 
-    from swiftbox.device.cpu import cpu_flags, native_bf16_flags
+    from swiftbox.device import cpu_flags, native_bf16_flags
 
     flags = cpu_flags()
     name = ""

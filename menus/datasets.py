@@ -82,7 +82,7 @@ def check(kind: str, raw: str) -> Union[bool, str]:
 
 def _check_text(text: str) -> Union[bool, str]:
     """pt's raw text: a .txt / .jsonl file or a directory of them (swiftbox.data.texts reads it)."""
-    from swiftbox.data.texts import text_files
+    from swiftbox.data import text_files
     from swiftbox.errors import UserError
 
     if not text:

@@ -43,7 +43,7 @@ def profile(session: MenuSession):
 
 
 def compare(session: MenuSession) -> None:
-    from swiftbox.diagnose.compare import compare_cli
+    from swiftbox.diagnose import compare_cli
     from swiftbox.errors import SwiftboxError
 
     a = widgets.path("Run A (artifact or runs/<name> directory):", validate=check_dir, only_directories=True)
@@ -61,7 +61,7 @@ def compare(session: MenuSession) -> None:
 
 
 def precision(session: MenuSession) -> None:
-    from swiftbox.diagnose.precision import precision_cli
+    from swiftbox.diagnose import precision_cli
     from swiftbox.errors import SwiftboxError
 
     a = widgets.text("Side A (model@device:dtype):", default="toy@cpu:float32")

@@ -160,7 +160,7 @@ RM = _preference_flow(
 # -- using a model ------------------------------------------------------------------------------
 
 def _eval_what(state: dict):
-    from swiftbox.benchmarks.harness import missing_extra
+    from swiftbox.benchmarks import missing_extra
 
     return q.pick("Evaluate with:", "what", [
         ("my own file  (questions with reference answers)", "own"),
@@ -174,7 +174,7 @@ def _only(what: str, ask):
 
 
 def _benchmarks(state: dict):
-    from swiftbox.benchmarks.catalog import resolve
+    from swiftbox.benchmarks import resolve
     from swiftbox.errors import UserError
 
     def check(raw: str):
@@ -233,7 +233,7 @@ def engine_refusal(facts, model: Optional[str], engine: str) -> Optional[str]:
     why = facts.why_not(engine) if facts and engine == "vllm" else None
     if why or not model or facts is None or facts.platform is None:
         return why
-    from swiftbox.serving.fit import artifact_problems
+    from swiftbox.serving import artifact_problems
 
     problems = artifact_problems(model, engine, facts.platform)
     return f"cannot serve this model: {problems[0]}" if problems else None

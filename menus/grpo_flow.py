@@ -19,7 +19,7 @@ BUILTIN_REWARDS = [
 def check_user_reward(raw: str) -> Union[bool, str]:
     """True when `raw` names an importable function, else the one-line reason (shown under the prompt)."""
     from swiftbox.errors import UserError
-    from swiftbox.training.rewards import check_spec, parse_spec
+    from swiftbox.training import check_spec, parse_spec
 
     try:
         spec = parse_spec(raw.strip())

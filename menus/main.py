@@ -166,7 +166,7 @@ def next_step(session: MenuSession, kind: str, output: str) -> Optional[str]:
 
 
 def doctor(session: MenuSession) -> None:
-    from swiftbox.device.doctor import doctor as print_doctor
+    from swiftbox.device import print_doctor
 
     if not session.probe.ready:
         session.echo("  detecting the device ...")

@@ -21,10 +21,10 @@ def imported_from_file(raw: str, fetch: bool = True) -> Any:
     model to check a template name (off while the answer is being typed)."""
     from swiftbox.errors import UserError
     from swiftbox.migrate import import_config
-    from swiftbox.recipe import _read_yaml
+    from swiftbox.recipe import read_yaml
 
     source = raw.strip()
-    data = _read_yaml(Path(source))
+    data = read_yaml(Path(source))
     imported = import_config(data, source, fetch=fetch) if isinstance(data, dict) else None
     if imported is None:
         raise UserError(f"{source}: not a LLaMA-Factory / Axolotl YAML or an ms-swift argument file (a swiftbox "
@@ -35,7 +35,7 @@ def imported_from_file(raw: str, fetch: bool = True) -> Any:
 def imported_from_command(line: str, fetch: bool = True) -> Any:
     """`swift sft --model ...` (or without `swift`) -> the importer's result; raises UserError."""
     from swiftbox.errors import UserError
-    from swiftbox.migrate.ms_swift import COMMANDS, translate_argv
+    from swiftbox.migrate import COMMANDS, translate_argv
 
     try:
         words = shlex.split(line.replace("\\\n", " "))

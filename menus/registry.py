@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from swiftbox.catalog import Preset
 from swiftbox.catalog import presets as registry
-from swiftbox.catalog.presets import Preset
 
 TOY = "toy"
 

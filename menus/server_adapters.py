@@ -25,7 +25,7 @@ def choose(session: MenuSession):
 
 
 def manage(session: MenuSession) -> None:
-    from swiftbox.serving.remote import Remote, RemoteError
+    from swiftbox.serving import Remote, RemoteError
 
     url = widgets.text("Server URL:", default=DEFAULT_URL, validate=lambda t: t.startswith(("http://", "https://"))
                        or "expected http://HOST:PORT")

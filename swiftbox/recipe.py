@@ -55,7 +55,7 @@ def load_recipe(recipe: Union[str, Path, dict], overrides: Iterable[str] = ()) -
     source = "<dict>"
     if isinstance(recipe, (str, Path)):
         source = str(recipe)
-        data = from_peer(_read_yaml(Path(recipe)), source)
+        data = from_peer(read_yaml(Path(recipe)), source)
     else:
         data = recipe
     if not isinstance(data, dict):
@@ -133,7 +133,7 @@ def _unique_keys_loader() -> Any:
     return _LOADER
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> Any:
     import yaml
 
     if not path.is_file():

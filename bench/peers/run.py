@@ -42,7 +42,7 @@ def job_model(cache: Path) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from swiftbox.catalog.toy import COMMITTED
+    from swiftbox.catalog import COMMITTED
 
     tmp = Path(tempfile.mkdtemp(dir=cache))
     torch.manual_seed(0)
@@ -69,7 +69,7 @@ def resolve_job_model(ref: str, cache: Path) -> Path:
         return job_model(cache)
     if Path(ref).is_dir():
         return Path(ref).resolve()
-    from swiftbox.modeling.loading import resolve_model
+    from swiftbox.hub import resolve_model
 
     try:
         return Path(resolve_model(ref))

@@ -5,4 +5,26 @@ offline (a --data-dir, a path per benchmark, or the small slices shipped in `sli
 harness a model swiftbox loaded (or a running server) and the tasks re-pointed at the local files, and keeps
 its metrics as it reports them; `table` prints one comparison table for several models. Nothing here imports
 lm-eval until a run starts: it is the `[eval]` extra (docs/evaluation.md says why lm-eval, not EvalScope).
+
+The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it) is
+loaded lazily, so importing one module here loads no other.
 """
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftbox.benchmarks.catalog import resolve
+    from swiftbox.benchmarks.harness import missing_extra
+
+_EXPORTS = {"missing_extra": "swiftbox.benchmarks.harness", "resolve": "swiftbox.benchmarks.catalog"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["missing_extra", "resolve"]

@@ -44,13 +44,15 @@ from swiftbox.data.progress import each
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
 from swiftbox.data.render import locate, render
 from swiftbox.data.streaming import rows as stream_rows
+from swiftbox.data.texts import text_files
 from swiftbox.errors import UserError
 
 __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "grpo_prompts", "tokenize_sft",
            "preference_ids",
            "DPO_FORMATS", "KTO_FORMATS", "GRPO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "grpo_row", "sft_row",
            "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render", "use_chat_template", "load_sft",
-           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts", "stream_sft"]
+           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts", "stream_sft",
+           "text_files"]
 
 Dataset = Union[str, list[str]]
 

@@ -7,16 +7,21 @@ Only this package names device strings or calls torch.cuda.* / torch.npu.*.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Callable, Literal, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
 
 from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
-from swiftbox.device.cpu import BF16_ENV, CpuPlatform, bf16_mode
+from swiftbox.device.cpu import ATTENTION_ENV, BF16_ENV, CpuPlatform, bf16_mode, cpu_flags, native_bf16_flags
 from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.npu import NpuPlatform, npu_import_error
 from swiftbox.errors import Unsupported, UserError
+
+if TYPE_CHECKING:
+    from swiftbox.device.doctor import doctor as print_doctor
+    from swiftbox.device.vllm_cpu import REQUIREMENT as VLLM_CPU_REQUIREMENT
 
 PLATFORMS: dict[str, type[Platform]] = {"npu": NpuPlatform, "cuda": CudaPlatform, "cpu": CpuPlatform}
 DETECTION_ORDER = ("npu", "cuda", "cpu")
@@ -105,8 +110,22 @@ def _reset_for_tests() -> None:
     _current = None
 
 
+# name -> (module, its name there), loaded lazily: doctor imports this package (and `doctor` is that module's name,
+# so the function is exported as print_doctor); vllm_cpu is the vLLM-CPU venv's pin
+_EXPORTS = {"print_doctor": ("swiftbox.device.doctor", "doctor"),
+            "VLLM_CPU_REQUIREMENT": ("swiftbox.device.vllm_cpu", "REQUIREMENT")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceChoice", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
     "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
-    "parse_devices", "unavailable_reasons", "DETECT_ERRORS", "BF16_ENV", "bf16_mode",
+    "parse_devices", "unavailable_reasons", "DETECT_ERRORS", "BF16_ENV", "bf16_mode", "ATTENTION_ENV", "cpu_flags",
+    "native_bf16_flags", "print_doctor", "VLLM_CPU_REQUIREMENT",
 ]

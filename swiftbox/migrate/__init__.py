@@ -7,10 +7,18 @@ the other way; docs.py renders the tables into docs/migrating.md.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from swiftbox.migrate.engine import Imported, Peer, translate
+
+if TYPE_CHECKING:
+    from swiftbox.migrate.ms_swift import COMMANDS, translate_argv
+
+# ms-swift's command lines (`swift sft ...`), loaded lazily; with the functions below, the public surface
+# (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it)
+_EXPORTS = {"COMMANDS": "swiftbox.migrate.ms_swift", "translate_argv": "swiftbox.migrate.ms_swift"}
 
 
 def peers() -> dict[str, Peer]:
@@ -37,3 +45,12 @@ def import_config(data: dict, source: str, *, base: Optional[Path] = None, fetch
     """A peer's config (already read from its file) as a swiftbox recipe; None when it is not a peer's."""
     peer = detect(data)
     return None if peer is None else translate(peer, data, source, base=base, fetch=fetch)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["COMMANDS", "Imported", "Peer", "detect", "import_config", "peers", "translate", "translate_argv"]

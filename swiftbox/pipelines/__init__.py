@@ -6,10 +6,13 @@ Modules import torch and friends inside their functions, never at import time, s
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swiftbox.contract import Declared, Pipeline
 from swiftbox.steps import STEP_TYPES
+
+if TYPE_CHECKING:
+    from swiftbox.pipelines.sft import make_trainer
 
 
 def load_pipeline(kind: str) -> Pipeline[Any]:
@@ -22,3 +25,15 @@ def load_pipeline(kind: str) -> Pipeline[Any]:
         raise TypeError(f"swiftbox/pipelines/{kind}.py must end with PIPELINE = declare({kind!r}, "
                         f"{STEP_TYPES[kind].__name__}, ...)")
     return pipeline
+
+
+_EXPORTS = {"make_trainer": "swiftbox.pipelines.sft"}   # sft's trainer as the step builds it (bench/ measures it)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:            # loaded lazily: a step kind's module loads only when asked for
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["load_pipeline", "make_trainer"]   # the public surface (tests/unit/test_layers.py holds bench/ to it)

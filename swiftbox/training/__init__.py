@@ -1,3 +1,38 @@
 """Shared pieces of the training pipelines (sft, dpo): model setup, trainer arguments, callbacks
 (rich progress, TensorBoard), checkpoints/resume and the loss-curve plot. Thin wrappers over
-transformers / PEFT / bitsandbytes; the flow itself reads top to bottom in pipelines/sft.py and dpo.py."""
+transformers / PEFT / bitsandbytes; the flow itself reads top to bottom in pipelines/sft.py and dpo.py.
+
+The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it) is
+loaded lazily: `import swiftbox.training.x` must not pull torch in through this file."""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
+    from swiftbox.training.arguments import describe_batching
+    from swiftbox.training.lora_dropout import dropout_a_forward
+    from swiftbox.training.model import load_for_training, lora_config
+    from swiftbox.training.profile_window import profile_callbacks
+    from swiftbox.training.rewards import check_spec, parse_spec
+
+# name -> the module that defines it (the memory levers' patches live in compat, the one home of library patches)
+_EXPORTS = {
+    "load_for_training": "swiftbox.training.model", "lora_config": "swiftbox.training.model",
+    "describe_batching": "swiftbox.training.arguments", "dropout_a_forward": "swiftbox.training.lora_dropout",
+    "profile_callbacks": "swiftbox.training.profile_window",
+    "check_spec": "swiftbox.training.rewards", "parse_spec": "swiftbox.training.rewards",
+    "peft_lora_dropout_fused": "swiftbox.compat", "trl_lm_head_tiles": "swiftbox.compat",
+    "trl_scores_label_positions_only": "swiftbox.compat",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["check_spec", "describe_batching", "dropout_a_forward", "load_for_training", "lora_config", "parse_spec",
+           "peft_lora_dropout_fused", "profile_callbacks", "trl_lm_head_tiles", "trl_scores_label_positions_only"]

@@ -147,3 +147,116 @@ def test_nothing_below_the_cli_imports_it():
 def test_doctor_uses_the_device_package_api_only():
     deps = _imports(PKG / "device" / "doctor.py")
     assert not {d for d in deps if d.startswith(("swiftbox.device.npu", "swiftbox.device.cuda", "swiftbox.device.cpu"))}
+
+
+# bench/ and menus/ sit on top and reach swiftbox through its public surfaces only: a package's `__all__` (what its
+# __init__.py exports, lazily where a submodule is heavy) or a public name of one of these top-level modules. An
+# import of anything deeper (swiftbox.training.model, swiftbox.compat, ...) is an internal and fails, named.
+PUBLIC_MODULES = ("cli", "procs", "args", "steps", "errors", "recipe", "runner", "api", "artifacts", "report",
+                  "quant_methods", "reward_spec")
+TOP = ("bench", "menus")
+
+
+def _is_package(mod: str) -> bool:
+    return (ROOT / Path(*mod.split(".")) / "__init__.py").is_file()
+
+
+def is_surface(mod: str) -> bool:
+    return mod.split(".")[0] == "swiftbox" and (_is_package(mod) or mod.removeprefix("swiftbox.") in PUBLIC_MODULES)
+
+
+def _exported(mod: str) -> list[str] | None:
+    import importlib
+
+    return getattr(importlib.import_module(mod), "__all__", None)
+
+
+def _may_import(mod: str, name: str) -> bool:
+    if is_surface(f"{mod}.{name}"):            # `from swiftbox import data`: a surface itself
+        return True
+    exported = _exported(mod)
+    if _is_package(mod):
+        return exported is not None and name in exported
+    return not name.startswith("_") and (exported is None or name in exported)
+
+
+def private_imports(path: Path) -> list[str]:
+    """Each import of `path` that reaches past a public surface, as `file:line: the import (why)`."""
+    out = []
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [f"{rel}:{node.lineno}: import {a.name} (not a public surface)" for a in node.names
+                    if a.name.split(".")[0] == "swiftbox" and a.name != "swiftbox" and not is_surface(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] == "swiftbox":
+            if node.module != "swiftbox" and not is_surface(node.module):
+                names = ", ".join(a.name for a in node.names)
+                out.append(f"{rel}:{node.lineno}: from {node.module} import {names} ({node.module} is internal: "
+                           f"import from its package, listed in that package's __all__)")
+                continue
+            out += [f"{rel}:{node.lineno}: from {node.module} import {a.name} (not in {node.module}'s public surface: "
+                    f"__all__ or a public name)" for a in node.names if not _may_import(node.module, a.name)]
+    return out
+
+
+def _defines(mod: str, name: str) -> bool:
+    """Whether module `mod`'s source binds `name` at its top level (a def, class, assignment or import)."""
+    base = ROOT / Path(*mod.split("."))
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def test_the_surface_checker_names_an_internal_import(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from swiftbox.training.model import lora_config\n"
+                      "    from swiftbox.training import lora_config, _EXPORTS\n"
+                      "    from swiftbox.recipe import _short\n    import swiftbox.catalog.toy\n"
+                      "    from swiftbox import data, procs\n    from swiftbox.device import current_platform\n")
+    found = private_imports(source)
+    assert [line.split(":")[1] for line in found] == ["2", "3", "4", "5"], found
+    assert "swiftbox.training.model is internal" in found[0] and "import _EXPORTS" in found[1]
+
+
+def test_bench_and_menus_import_public_surfaces_only():
+    found = [line for top in TOP for path in sorted((ROOT / top).rglob("*.py")) for line in private_imports(path)]
+    print(f"imports past a public surface (bench, menus): {len(found)}", *found, sep="\n  ")
+    assert found == []
+
+
+def test_every_exported_name_is_defined():
+    """Each name a package's __all__ lists is bound there, a submodule, or (a lazy export) bound in the module its
+    `_EXPORTS` table names - checked on the source, so no heavy submodule is imported to prove it."""
+    import importlib
+
+    missing = []
+    for init in sorted(PKG.rglob("__init__.py")):
+        mod = _module_name(init)
+        module = importlib.import_module(mod)
+        lazy = getattr(module, "_EXPORTS", {})
+        for name in getattr(module, "__all__", ()):
+            if name in lazy and ((init.parent / f"{name}.py").is_file() or (init.parent / name).is_dir()):
+                missing.append(f"{mod}.{name} (a lazy export named like a submodule: once that is imported, "
+                               "the package attribute is the module)")
+                continue
+            if name in vars(module) and name not in lazy:
+                continue
+            if (init.parent / f"{name}.py").is_file() or (init.parent / name / "__init__.py").is_file():
+                continue
+            target = lazy.get(name)       # a module, or (module, the name there)
+            if target and _defines(*(target if isinstance(target, tuple) else (target, name))):
+                continue
+            if name not in lazy and mod == "swiftbox":      # swiftbox's own API resolves through swiftbox.api
+                getattr(module, name)
+                continue
+            missing.append(f"{mod}.{name}")
+    assert missing == []
