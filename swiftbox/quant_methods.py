@@ -4,8 +4,9 @@ Who reads what (nothing else names a method's facts):
 - the schema (steps.QuantizeStep): `--method` choices, the bits each allows and its default, named types (gguf);
 - the device layer (device/base.py): the capability `feature` a method needs and the package behind it, which
   `Platform.why_not` / `supports` check; dtype_policy: whose kernels compute in 16-bit;
-- the quantize step (pipelines/quantize): the writer (imported lazily from `writer`), calibration, the on-disk
-  layout its quality gate inspects, the gate's tolerances, which libraries load the export (manifest);
+- the quantize step (pipelines/quantize.py, its library in export/): the writer (imported lazily from `writer`),
+  calibration, the on-disk layout its quality gate inspects, the gate's tolerances, which libraries load the
+  export (manifest);
 - modeling/loading.py: how an export is recognised (config.json's `quant_method`) and loaded (`loader`);
 - engine fit (serving/fit.py, read by serve, verify and the menu): which engines serve it;
 - the menu (menus/flows.py, menus/device_info.py): the method's label and the capability it greys out by.
@@ -109,28 +110,28 @@ GGUF_TOLERANCES: dict[int, dict[str, float]] = {
 }
 PACKED_INT = Layout("{m}.qweight", ("I32", "I16", "I8", "U8"), "{m}.scales")
 TRANSFORMERS = Loader("transformers")
-WRITERS = "swiftbox.pipelines.quantize."
+WRITERS = "swiftbox.export.writers."
 
 GPTQ = QuantMethod(
     "gptq", "GPTQ", (4, 8), "gptq", "GPTQ 4/8-bit (gptqmodel)", feature="gptq", package="gptqmodel",
-    writer=WRITERS + "gptqmodel_writer:write", calibrated=True, sixteen_bit=True,
+    writer=WRITERS + "gptqmodel:write", calibrated=True, sixteen_bit=True,
     tolerances=CHECKPOINT_TOLERANCES, layouts=_every((4, 8), PACKED_INT), quant_method="gptq",
     # transformers 5 opens GPTQ through optimum's GPTQ integration plus gptqmodel's kernels; else gptqmodel does
     loads_with=(Loader("gptqmodel"), Loader("transformers", ("optimum.gptq", "gptqmodel"))),
     loader="swiftbox.modeling.loading:load_gptq", engines=("builtin", "vllm"))
 AWQ = QuantMethod(
     "awq", "AWQ", (4,), "awq (gptqmodel 7.6.0)", "AWQ 4-bit (gptqmodel)", feature="awq", package="gptqmodel",
-    writer=WRITERS + "gptqmodel_writer:write", calibrated=True, sixteen_bit=True,
+    writer=WRITERS + "gptqmodel:write", calibrated=True, sixteen_bit=True,
     tolerances=CHECKPOINT_TOLERANCES, layouts=_every((4,), PACKED_INT), quant_method="awq",
     loads_with=(TRANSFORMERS, Loader("gptqmodel")), engines=("builtin", "vllm"))
 BNB = QuantMethod(
     "bnb", "bitsandbytes", (4, 8), "bnb (bitsandbytes NF4 / int8)", "bitsandbytes NF4 / int8", feature="bnb",
-    package="bitsandbytes", writer=WRITERS + "transformers_writer:write", tolerances=CHECKPOINT_TOLERANCES,
+    package="bitsandbytes", writer=WRITERS + "transformers:write", tolerances=CHECKPOINT_TOLERANCES,
     layouts={4: Layout("{m}.weight", ("U8",), "{m}.weight.quant_state"), 8: Layout("{m}.weight", ("I8",), "{m}.SCB")},
     quant_method="bitsandbytes", loads_with=(TRANSFORMERS,), engines=("builtin", "vllm"))
 FP8 = QuantMethod(
     "fp8", "FP8", (8,), "fp8 (FP8 GPUs)", "FP8 (Ada/Hopper GPUs)", feature="fp8",
-    writer=WRITERS + "transformers_writer:write", sixteen_bit=True, tolerances=CHECKPOINT_TOLERANCES,
+    writer=WRITERS + "transformers:write", sixteen_bit=True, tolerances=CHECKPOINT_TOLERANCES,
     layouts={8: Layout("{m}.weight", ("F8_E4M3", "F8_E5M2"), "{m}.weight_scale")}, quant_method="fp8",
     loads_with=(TRANSFORMERS,), engines=("builtin", "vllm"), builtin_dequantizes=True)
 GGUF = QuantMethod(
@@ -138,7 +139,7 @@ GGUF = QuantMethod(
     feature="gguf", package="llama_cpp",
     install=("llama.cpp's Python bindings (llama-cpp-python, built from source) are not installed",
              "SWIFTBOX_EXTRAS=quant,serve,dev,gguf ./install.sh (builds llama.cpp once, about 10-25 min on 2 cores), "
-             "or python -m swiftbox.llamacpp.setup; --method gptq/awq/bnb need no build"),
+             "or python -m swiftbox.export.llamacpp.setup; --method gptq/awq/bnb need no build"),
     writer=WRITERS + "gguf_adapter:run_step", whole_step=True, tolerances=GGUF_TOLERANCES,
     loads_with=(Loader("llama.cpp"), Loader("ollama"), Loader("lm-studio")), engines=("llama.cpp",),
     # llama.cpp's type names (lower case) and the bits each is gated as; --bits alone picks the first of its bits

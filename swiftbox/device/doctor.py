@@ -82,10 +82,11 @@ def lock_report(platform_name: str) -> dict:
 
 
 def _llama_cpp() -> dict:
-    """Where GGUF export's llama.cpp tree is and how long its build took (swiftbox.llamacpp.setup's build.json)."""
+    """Where GGUF export's llama.cpp tree is and how long its build took (swiftbox.export.llamacpp.setup's
+    build.json)."""
     import json
 
-    from swiftbox.llamacpp import cache_dir, tree
+    from swiftbox.export.llamacpp import cache_dir, tree
 
     found = tree()
     try:

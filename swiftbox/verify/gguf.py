@@ -53,8 +53,8 @@ def _files(artifact: Path) -> tuple[Path | None, Path | None, dict]:
 
 def check_files(report: Report, model: Path | None, lora: Path | None, quant: dict, folder: Path | None):
     """Header, tensors, tokenizer, template, Modelfile. Returns the model's GGUFInfo (None when unusable)."""
-    from swiftbox.llamacpp import gguf_file
-    from swiftbox.llamacpp.gguf_file import inspect
+    from swiftbox.export.llamacpp import gguf_file
+    from swiftbox.export.llamacpp.gguf_file import inspect
 
     if model is None or not model.is_file():
         report.add("files", "gguf", False, f"no GGUF file found ({model or folder})")
@@ -128,7 +128,7 @@ def check_modelfile(report: Report, folder: Path) -> None:
 
 
 def check_engine(report: Report, model: Path, lora: Path | None, info, platform) -> bool:
-    from swiftbox.llamacpp import runner
+    from swiftbox.export.llamacpp import runner
 
     refusal = platform.why_not("gguf")
     if refusal is not None:
@@ -179,7 +179,7 @@ def measure_chain(report: Report, head: str, against: str | None, model: Path, l
     import torch
 
     from swiftbox import parity as P
-    from swiftbox.llamacpp import runner
+    from swiftbox.export.llamacpp import runner
     from swiftbox.modeling.loading import load_tokenizer, resolve_spec
     from swiftbox.verify import chain
 
@@ -198,7 +198,7 @@ def measure_chain(report: Report, head: str, against: str | None, model: Path, l
     spec = resolve_spec(last.ref)
     own_tok = load_tokenizer(spec)
     stops = {t for t in [own_tok.eos_token_id] if isinstance(t, int)}
-    from swiftbox.llamacpp.runner import stop_ids
+    from swiftbox.export.llamacpp.runner import stop_ids
 
     stops |= stop_ids(own_tok, spec.base)
     with runner.load(model, n_ctx=max(len(r) for r in rows) + chain.MAX_NEW_TOKENS + 8, lora=lora) as gguf:

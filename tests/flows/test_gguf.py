@@ -21,7 +21,7 @@ pytest.importorskip("gguf")
 
 
 def _jinja(template: str, messages: list[dict], special: dict) -> str:
-    from swiftbox.llamacpp.modelfile import _render
+    from swiftbox.export.llamacpp.modelfile import _render
 
     return _render(template, messages, True, special)
 
@@ -33,7 +33,7 @@ EXTRA_CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user
 
 # -- the Modelfile's TEMPLATE ------------------------------------------------------------------------------------
 def test_chatml_template_becomes_ollamas_go_template():
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     special = {"bos_token": "<s>", "eos_token": "</s>"}
     template = (TEMPLATES / "internlm-internlm2_5-7b-chat.jinja").read_text()
@@ -53,7 +53,7 @@ def test_chatml_template_becomes_ollamas_go_template():
 @pytest.mark.parametrize("name,default_system", [("Qwen-Qwen2.5-7B-Instruct.jinja", "You are Qwen"),
                                                  ("meta-llama-Llama-3.1-8B-Instruct.jinja", "Cutting Knowledge Date")])
 def test_default_system_blocks_render_only_without_a_system_message(name, default_system):
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     template = (TEMPLATES / name).read_text()
     special = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
@@ -65,7 +65,7 @@ def test_default_system_blocks_render_only_without_a_system_message(name, defaul
 
 
 def test_llama3_stops_at_eot_and_leaves_begin_of_text_to_llamacpp():
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     p, go = M.translate((TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text(),
                         {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})
@@ -77,7 +77,7 @@ def test_llama3_stops_at_eot_and_leaves_begin_of_text_to_llamacpp():
 def test_smollm2_keeps_its_first_im_start_where_the_gguf_adds_no_bos():
     """SmolLM2's bos_token is `<|im_start|>`, the opener of its first turn, and its GGUF says add_bos_token false:
     the TEMPLATE must write that text itself (left out, Ollama saw "system\nYou are ..." with no turn opener)."""
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     template = (TEMPLATES / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text()
     special = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
@@ -91,8 +91,8 @@ def test_smollm2_keeps_its_first_im_start_where_the_gguf_adds_no_bos():
 
 
 def test_the_modelfile_follows_the_ggufs_add_bos_token(tmp_path):
-    from swiftbox.llamacpp import gguf_file
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import gguf_file
+    from swiftbox.export.llamacpp import modelfile as M
 
     class Tok:
         chat_template = (TEMPLATES / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text()
@@ -112,7 +112,7 @@ def test_the_modelfile_follows_the_ggufs_add_bos_token(tmp_path):
 
 
 def test_templates_that_do_not_decompose_get_no_template_and_say_why(tmp_path):
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     mistral = (TEMPLATES / "mistralai-Mistral-Nemo-Instruct-2407.jinja").read_text()
     with pytest.raises(M.NotDecomposable):
@@ -132,7 +132,7 @@ def test_templates_that_do_not_decompose_get_no_template_and_say_why(tmp_path):
 
 
 def test_a_template_ending_chats_with_eos_and_one_without_a_system_role_still_translate():
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     phi, _ = M.translate((TEMPLATES / "microsoft-Phi-3.5-mini-instruct.jinja").read_text(),
                          {"bos_token": "<s>", "eos_token": "<|endoftext|>"})
@@ -145,7 +145,7 @@ def test_a_template_ending_chats_with_eos_and_one_without_a_system_role_still_tr
 def test_modelfile_text_from_the_toy(toy_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    from swiftbox.llamacpp import modelfile as M
+    from swiftbox.export.llamacpp import modelfile as M
 
     tok = AutoTokenizer.from_pretrained(toy_dir)
     mf, facts = M.build("toy-q8_0.gguf", tok, toy_dir)
@@ -162,7 +162,7 @@ def test_modelfile_text_from_the_toy(toy_dir, tmp_path):
 
 # -- GGUF files and verify's file checks -----------------------------------------------------------------------
 def test_header_reader_counts_tensor_types_and_finds_tokenizer_and_template(tmp_path):
-    from swiftbox.llamacpp import gguf_file
+    from swiftbox.export.llamacpp import gguf_file
 
     info = gguf_file.read(write_gguf(tmp_path / "m.gguf"))
     assert info.architecture == "llama" and info.general_type == "model" and info.tokens == 8
@@ -176,8 +176,8 @@ def test_header_reader_counts_tensor_types_and_finds_tokenizer_and_template(tmp_
 
 
 def test_tensor_inspection_requires_the_type_asked_for(tmp_path):
-    from swiftbox.llamacpp import gguf_file
-    from swiftbox.pipelines.quantize.gguf_writer import inspect
+    from swiftbox.export.llamacpp import gguf_file
+    from swiftbox.export.writers.gguf import inspect
 
     q8 = gguf_file.read(write_gguf(tmp_path / "q8.gguf"))
     f16 = gguf_file.read(write_gguf(tmp_path / "f16.gguf", weight_type="F16"))
@@ -269,7 +269,7 @@ def _tree(folder: Path, archs: list[str]) -> Path:
 
 def test_unknown_architecture_is_exit_3_naming_it_and_the_alternative(tmp_path, toy_dir):
     from swiftbox.errors import Unsupported
-    from swiftbox.llamacpp import convert
+    from swiftbox.export.llamacpp import convert
 
     tree = _tree(tmp_path / "tree", ["LlamaForCausalLM", "Qwen2ForCausalLM"])
     assert convert.converter_architectures(tree) == {"LlamaForCausalLM", "Qwen2ForCausalLM"}
@@ -286,17 +286,17 @@ def test_unknown_architecture_is_exit_3_naming_it_and_the_alternative(tmp_path, 
 
 
 def test_real_converter_table_lists_the_toy_and_the_real_model_architectures():
-    from swiftbox.llamacpp import convert, tree
+    from swiftbox.export.llamacpp import convert, tree
 
     found = tree()
     if found is None:
-        pytest.skip("llama.cpp's tree is not cached here (python -m swiftbox.llamacpp.setup --tree-only)")
+        pytest.skip("llama.cpp's tree is not cached here (python -m swiftbox.export.llamacpp.setup --tree-only)")
     archs = convert.converter_architectures(found)
     assert {"Qwen2ForCausalLM", "LlamaForCausalLM"} <= archs and len(archs) > 100
 
 
 def test_pre_tokenizer_is_named_only_when_tokenizer_json_shows_one_llamacpp_has(tmp_path, toy_dir):
-    from swiftbox.llamacpp.convert import pre_tokenizer_of
+    from swiftbox.export.llamacpp.convert import pre_tokenizer_of
 
     assert pre_tokenizer_of(toy_dir) == "smollm"    # single digits, then the GPT-2 byte-level split
     spec = json.loads((toy_dir / "tokenizer.json").read_text())
@@ -313,7 +313,8 @@ def test_pre_tokenizer_is_named_only_when_tokenizer_json_shows_one_llamacpp_has(
 def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monkeypatch):
     from swiftbox.contract import StepContext
     from swiftbox.errors import Unsupported, UserError
-    from swiftbox.pipelines.quantize import gguf_adapter, gguf_writer
+    from swiftbox.export.writers import gguf as gguf_writer
+    from swiftbox.export.writers import gguf_adapter
     from swiftbox.steps import QuantizeStep
 
     lora = make_adapter(toy_dir, tmp_path / "lora")
@@ -334,7 +335,7 @@ def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monk
 
 
 def test_gate_fails_on_tokenizer_disagreement_and_nan():
-    from swiftbox.pipelines.quantize.gguf_writer import TOLERANCES, gate
+    from swiftbox.export.writers.gguf import TOLERANCES, gate
 
     ok = {"quantized_modules": 4, "linear_modules": 4, "unquantized": [], "error": None}
     tol = {**TOLERANCES[8], "max_size_ratio": 0.4}
@@ -348,8 +349,8 @@ def test_gate_fails_on_tokenizer_disagreement_and_nan():
 
 # -- setup: the cached tree, the built wheel, install.sh ----------------------------------------------------------
 def test_setup_unpacks_the_sdist_once_and_reuses_a_built_wheel(tmp_path, monkeypatch):
-    from swiftbox import llamacpp
-    from swiftbox.llamacpp import setup
+    from swiftbox.export import llamacpp
+    from swiftbox.export.llamacpp import setup
 
     monkeypatch.setenv("SWIFTBOX_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SWIFTBOX_LLAMA_CPP_DIR", raising=False)
@@ -380,8 +381,8 @@ def test_install_sh_builds_llama_cpp_first_for_the_gguf_extra(tmp_path):
     gguf = subprocess.run(["bash", str(ROOT / "install.sh")], capture_output=True, text=True, timeout=120,
                           env={**env, "SWIFTBOX_EXTRAS": "quant,serve,dev,gguf"}, check=False)
     assert plain.returncode == gguf.returncode == 0, gguf.stderr
-    assert "swiftbox.llamacpp.setup" not in plain.stdout
-    assert "-m swiftbox.llamacpp.setup --constraints" in gguf.stdout
+    assert "swiftbox.export.llamacpp.setup" not in plain.stdout
+    assert "-m swiftbox.export.llamacpp.setup --constraints" in gguf.stdout
     extras = (ROOT / "pyproject.toml").read_text()
     assert 'gguf = ["gguf==0.19.0", "sentencepiece>=0.2", "llama-cpp-python==0.3.36"]' in extras
 

@@ -1,4 +1,4 @@
-"""GGUF export through a real llama.cpp (the `gguf` extra: python -m swiftbox.llamacpp.setup builds it once):
+"""GGUF export through a real llama.cpp (the `gguf` extra: python -m swiftbox.export.llamacpp.setup builds it once):
 the toy (Qwen2 architecture, a tokenizer llama.cpp's converter does not know by hash) to q8_0 and q4_k_m, a
 toy LoRA as a GGUF LoRA, a gate that refuses, verify on the results; and the real model's fine-tune (SmolLM2-135M,
 Llama architecture) to q8_0 and q4_k_m, answering the identity question in llama.cpp as it does in torch."""
@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 from tests.support.adapters import make_adapter
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("llama_cpp", reason="the gguf extra is not installed (python -m swiftbox.llamacpp.setup)")
+pytest.importorskip("llama_cpp", reason="the gguf extra is not installed (python -m swiftbox.export.llamacpp.setup)")
 IDENTITY = str(ROOT / "recipes" / "data" / "identity_sft.jsonl")
 CORPUS = str(ROOT / "swiftbox" / "assets" / "toy_corpus.txt")   # held-out English text for the perplexities
 ANSWER = "I am Quokka, a small assistant fine-tuned with swiftbox."
@@ -123,7 +123,7 @@ def test_real_model_fine_tune_answers_alike_in_llamacpp(real_merged, gguf_type, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swiftbox.llamacpp import runner
+    from swiftbox.export.llamacpp import runner
     from tests.conftest import run_cli
 
     out = tmp_path / gguf_type

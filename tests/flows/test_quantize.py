@@ -176,7 +176,7 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
 def test_calibration_sources(toy_dir, tmp_path):
     from swiftbox.contract import StepContext
     from swiftbox.device import current_platform
-    from swiftbox.pipelines.quantize import BUNDLED, calibration_files, split_held_out
+    from swiftbox.export.calibration import BUNDLED, calibration_files, split_held_out
     from swiftbox.steps import QuantizeStep
 
     ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
@@ -190,7 +190,7 @@ def test_calibration_sources(toy_dir, tmp_path):
 
 
 def test_group_size_is_fitted_to_layer_widths(toy_dir):
-    from swiftbox.pipelines.quantize import fit_group_size, layer_widths
+    from swiftbox.export.calibration import fit_group_size, layer_widths
 
     assert layer_widths(toy_dir) == {128, 512}
     assert fit_group_size(128, {128, 256}) == (128, None)
@@ -304,7 +304,8 @@ def test_bnb_export_is_saved_so_plain_from_pretrained_loads_it(tmp_path, bits, l
 def test_a_silently_unquantized_export_fails_the_gate(tmp_path, monkeypatch, cli):
     """A writer that saves full precision (ms-swift #9830) must not pass: exit 1, nothing written."""
     import swiftbox as sb
-    from swiftbox.pipelines.quantize import QualityGateFailed, transformers_writer
+    from swiftbox.export.quality import QualityGateFailed
+    from swiftbox.export.writers import transformers as transformers_writer
 
     monkeypatch.setattr(transformers_writer, "quantization_config", lambda *a, **k: None)
     with pytest.raises(QualityGateFailed, match="linear layers are not stored quantized") as err:
@@ -314,7 +315,7 @@ def test_a_silently_unquantized_export_fails_the_gate(tmp_path, monkeypatch, cli
 
 
 def test_tolerances_are_nan_safe():
-    from swiftbox.pipelines.quantize import quality
+    from swiftbox.export import quality
 
     tol = quality.tolerances(4, {"min_cosine": None})
     inspection = {"quantized_modules": 14, "linear_modules": 14, "unquantized": [], "error": None}

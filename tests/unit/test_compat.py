@@ -208,16 +208,16 @@ def test_gguf_types_transformers_dequantizes_are_where_the_import_reads_them():
 
 
 def test_llamacpp_pre_tokenizer_hook_is_where_the_converter_names_it():
-    """In a child process (the converter's tree brings its own gguf-py), as swiftbox.llamacpp.driver runs it."""
+    """In a child process (the converter's tree brings its own gguf-py), as swiftbox.export.llamacpp.driver runs it."""
     import subprocess
     import sys
 
-    from swiftbox.llamacpp import tree
+    from swiftbox.export.llamacpp import tree
     from tests.conftest import ROOT
 
     found = tree()
     if found is None:
-        pytest.skip("llama.cpp's tree is not cached here (python -m swiftbox.llamacpp.setup --tree-only)")
+        pytest.skip("llama.cpp's tree is not cached here (python -m swiftbox.export.llamacpp.setup --tree-only)")
     code = f"""
 import sys
 sys.path[:0] = [{str(found)!r}, {str(found / 'gguf-py')!r}, {str(ROOT)!r}]

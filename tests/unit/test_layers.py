@@ -17,7 +17,8 @@ PACKAGES = ("swiftbox", "menus", "bench")     # the menus and the benchmarks sit
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
               "quant_methods", "procs", "modeling.adapter_file")),
-    ("device", ("device", "llamacpp")),
+    # llama.cpp's tools: low, since doctor (device) and verify read them; the rest of export/ sits above the tools
+    ("device", ("device", "export.llamacpp")),
     ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog")),
     ("data", ("data",)),                                    # datasets: read, render, tokenize
     # what models exist: the presets, and the committed toy with what builds and measures it (scoring)
@@ -25,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("hub", ("hub",)),                                      # resolve and fetch a model reference, by the catalog
     ("models", ("modeling",)),                              # load models, adapter chains, score (reads hub)
     ("tools", ("parity", "diagnose", "training", "benchmarks", "migrate")),
+    ("export", ("export",)),    # quantize's library: writers, calibration, quality gate (loads models, parity)
     ("serving", ("serving",)),
     ("verify", ("verify",)),
     ("pipelines", ("pipelines",)),

@@ -113,7 +113,7 @@ TTY_NOISE = """
 import os, sys
 from pathlib import Path
 from swiftbox import logs
-from swiftbox.pipelines.quantize.progress import layer_progress
+from swiftbox.export.progress import layer_progress
 logs.setup()
 logs.attach(Path(sys.argv[1]))
 with logs.captured("quantize") as terminal, layer_progress("quantize test", 2, terminal) as done:

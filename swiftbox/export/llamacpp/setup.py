@@ -1,4 +1,5 @@
-"""Fetch, build and cache llama.cpp once: `python -m swiftbox.llamacpp.setup` (install.sh runs it for the `gguf` extra).
+"""Fetch, build and cache llama.cpp once: `python -m swiftbox.export.llamacpp.setup` (install.sh runs it for the
+`gguf` extra).
 
 1. `pip download --no-binary :all: llama-cpp-python==<pinned>` puts its source distribution (76 MB, the whole
    llama.cpp tree vendored) into $SWIFTBOX_CACHE/llama.cpp/<version>/ - once;
@@ -23,7 +24,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from swiftbox.llamacpp import LLAMA_CPP_VERSION, cache_dir
+from swiftbox.export.llamacpp import LLAMA_CPP_VERSION, cache_dir
 
 LEAN_CMAKE_ARGS = ("-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF "
                    "-DLLAMA_BUILD_SERVER=OFF")
@@ -125,7 +126,7 @@ def install(folder: Path, constraints: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swiftbox.llamacpp.setup",
+    parser = argparse.ArgumentParser(prog="python -m swiftbox.export.llamacpp.setup",
                                      description="fetch, build (once) and install llama.cpp for GGUF export")
     parser.add_argument("--tree-only", action="store_true", help="only fetch and unpack the converter's tree")
     parser.add_argument("--constraints", default=None, help="pip constraints file (install.sh: the torch pin)")

@@ -1,14 +1,8 @@
-"""quantize step: GPTQ / AWQ (gptqmodel), bitsandbytes NF4 / int8 and FP8 (transformers) exports, each proven
-with numbers and gated: size on disk vs the source, time, perplexity on held-out text before and after, logit
-parity (cosine, argmax agreement) on the parity probe, eval accuracy before/after (with `eval_dataset:`), and
-a look at the saved tensors (every decoder linear layer must be stored quantized). Past a tolerance the step
-fails (exit 1) and nothing is written. GGUF (llama.cpp / Ollama) is written and measured by llama.cpp itself
-(gguf_writer.py, with the `gguf` extra).
-
-Pieces: calibration.py (calibration / held-out text, group size), gptqmodel_writer.py (gptq, awq),
-transformers_writer.py (bnb, fp8), gguf_writer.py + gguf_adapter.py (gguf), quality.py (figures, tensor
-inspection, the gate). What each method is - its capability, writer, calibration, layout, tolerances, loaders -
-is its record in swiftbox/quant_methods.py; this module dispatches on it and names no method.
+"""The measured export of a transformers checkpoint (gptq, awq, bnb, fp8): calibrate, measure the source, call the
+method's writer (its record's `writer`, swiftbox/quant_methods.py), inspect the saved tensors, measure the export,
+gate. Figures: size on disk vs the source, time, perplexity on held-out text before and after, logit parity (cosine,
+argmax agreement) on the parity probe, eval accuracy before/after (with `eval_dataset:`), and every decoder linear
+layer stored quantized. Past a tolerance the step fails (exit 1) and nothing is written. Names no method.
 """
 from __future__ import annotations
 
@@ -17,62 +11,18 @@ import time
 from pathlib import Path
 
 from swiftbox import quant_methods
-from swiftbox.artifacts import is_adapter_dir
-from swiftbox.contract import StepContext, StepResult, declare
-from swiftbox.device import Platform
-from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.pipelines.quantize.calibration import (
-    BUNDLED,
+from swiftbox.contract import StepContext, StepResult
+from swiftbox.export.calibration import (
     calibration_files,
     fit_group_size,
     layer_widths,
-    lineage_datasets,
     read_texts,
     split_held_out,
     tokenize,
 )
+from swiftbox.export.checks import check_input
+from swiftbox.export.quality import QualityGateFailed
 from swiftbox.steps import QuantizeStep
-
-METHODS = quant_methods.METHODS     # the records (swiftbox/quant_methods.py)
-
-
-class QualityGateFailed(SwiftboxError):
-    """The export broke a documented tolerance (exit 1); nothing was written."""
-
-
-def check(cfg: QuantizeStep, platform: Platform, input: str) -> None:
-    """Refusals that need only the device (exit 3 with the alternative), and an input these writers cannot take (an
-    adapter, an export already quantized: exit 2; a whole-step writer such as gguf checks its input itself)."""
-    method = quant_methods.get(cfg.method)
-    platform.require(method.feature)
-    if input and not method.whole_step:
-        check_input(input)
-
-
-def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
-    """From the one policy: the export computes in its kernels' dtype (16-bit for GPTQ/AWQ/FP8) and the quality gate
-    measures the unquantized source in that same dtype, so the gate sees the quantization, not a change of dtype."""
-    from swiftbox.device import dtype_policy
-
-    return dtype_policy.quantize(ctx.platform, cfg.dtype, sixteen_bit=quant_methods.get(cfg.method).sixteen_bit)
-
-
-def check_input(ref: str):
-    """The ModelSpec of `ref`, refusing adapters (merge first) and models that are already quantized."""
-    from swiftbox.hub.resolve import resolve_model
-    from swiftbox.modeling.loading import resolve_spec
-
-    path = resolve_model(ref)
-    if is_adapter_dir(path):
-        raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge {ref} "
-                        f"--output {Path(str(ref)).name}-merged, then ./launch.sh quantize "
-                        f"{Path(str(ref)).name}-merged "
-                        "(in a recipe: put a merge: {} step before quantize)")
-    spec = resolve_spec(str(path))
-    if spec.quantized:
-        raise UserError(f"quantize: {ref} is already {spec.quantized}-quantized; quantize its un-quantized source "
-                        "instead")
-    return spec
 
 
 def layout_of(cfg) -> quant_methods.Layout:
@@ -89,17 +39,21 @@ def accuracy(model, tokenizer, pairs: list) -> float:
     return round(sum(matches(pred, ref, "exact") for pred, (_, ref) in zip(predictions, pairs)) / len(pairs), 4)
 
 
-def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+def loaders(method: str) -> list[str]:
+    """Which loaders open an export of `method` on this machine (docs/export.md has the full table)."""
+    return quant_methods.get(method).loaders()
+
+
+def run(cfg: QuantizeStep, ctx: StepContext, dtype: str) -> StepResult:
+    """Export `ctx.input` into `ctx.work_dir` computing in `dtype` (the step's dtype plan); the input was checked by
+    the step's `check`."""
     import gc
 
     from swiftbox import parity as P
+    from swiftbox.export import quality
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
-    from swiftbox.pipelines.quantize import quality
 
-    check(cfg, ctx.platform, ctx.input)
     method = quant_methods.get(cfg.method)
-    if method.whole_step:   # its writer measures and gates itself (gguf: in llama.cpp)
-        return quant_methods.resolve(method.writer)(cfg, ctx)
     spec = check_input(ctx.input)
     files, origin = calibration_files(cfg, ctx)
     pairs = []
@@ -109,7 +63,6 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         pairs = data.load_eval(cfg.eval_dataset, None)
 
     started = time.time()
-    dtype = dtype_plan(cfg, ctx).compute     # the export's compute dtype; the source is measured in the same one
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     calib_texts, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
     calib, held = tokenize(tokenizer, calib_texts, cfg.max_length), tokenize(tokenizer, held_texts, cfg.max_length)
@@ -164,27 +117,3 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         quantization["note"] = note
     return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
                                              "source_model": str(spec.base), "dtype": dtype})
-
-
-def loaders(method: str) -> list[str]:
-    """Which loaders open an export of `method` on this machine (docs/export.md has the full table)."""
-    return quant_methods.get(method).loaders()
-
-
-PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)
-
-__all__ = [
-    "BUNDLED",
-    "METHODS",
-    "QualityGateFailed",
-    "calibration_files",
-    "check",
-    "check_input",
-    "fit_group_size",
-    "layer_widths",
-    "lineage_datasets",
-    "read_texts",
-    "run",
-    "split_held_out",
-    "tokenize",
-]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from swiftbox.errors import UserError
 
-BUNDLED = Path(__file__).resolve().parent.parent.parent / "assets" / "toy_corpus.txt"
+BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
 MAX_HELD_OUT = 32
 
 

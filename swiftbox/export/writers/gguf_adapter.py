@@ -60,12 +60,12 @@ def check_adapter(cfg: QuantizeStep, ref: str):
 
 def run_step(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     """The gguf record's writer (swiftbox/quant_methods.py): a LoRA adapter alone (--adapter-only), else the whole
-    model (gguf_writer.run); each measures and gates itself in llama.cpp."""
+    model (writers/gguf.py run); each measures and gates itself in llama.cpp."""
     if cfg.adapter_only:
         return run_adapter(cfg, ctx)
-    from swiftbox.pipelines.quantize import gguf_writer
+    from swiftbox.export.writers import gguf
 
-    return gguf_writer.run(cfg, ctx)
+    return gguf.run(cfg, ctx)
 
 
 def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
@@ -73,12 +73,12 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
     import numpy as np
 
-    from swiftbox.llamacpp import convert, gguf_file, modelfile, runner
-    from swiftbox.llamacpp.runner import stop_ids
-    from swiftbox.modeling.loading import load_model, load_tokenizer
-    from swiftbox.pipelines.quantize import QualityGateFailed, quality
-    from swiftbox.pipelines.quantize.calibration import calibration_files, read_texts, split_held_out
-    from swiftbox.pipelines.quantize.gguf_writer import (
+    from swiftbox.export import quality
+    from swiftbox.export.calibration import calibration_files, read_texts, split_held_out
+    from swiftbox.export.llamacpp import convert, gguf_file, modelfile, runner
+    from swiftbox.export.llamacpp.runner import stop_ids
+    from swiftbox.export.quality import QualityGateFailed
+    from swiftbox.export.writers.gguf import (
         REFERENCE_DTYPE,
         _rows,
         compare,
@@ -89,6 +89,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         tolerances,
         torch_figures,
     )
+    from swiftbox.modeling.loading import load_model, load_tokenizer
 
     started = time.time()
     spec = check_adapter(cfg, ctx.input)
@@ -158,7 +159,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     mf, template_facts = modelfile.build(base_out.name, tokenizer, spec.base, adapter_name=lora_out.name,
                                          adds_bos=gguf_file.read(base_out).adds_bos)
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
-    from swiftbox.pipelines.quantize.gguf_writer import _tool_facts
+    from swiftbox.export.writers.gguf import _tool_facts
 
     quantization = {"method": "gguf", "type": gguf_type, "adapter_only": True, "file": lora_out.name,
                     "base_file": base_out.name, "lora_alpha": info.meta.get("adapter.lora.alpha"),

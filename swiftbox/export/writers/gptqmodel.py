@@ -11,7 +11,7 @@ from pathlib import Path
 
 from swiftbox import logs
 from swiftbox.compat import gptqmodel_env, gptqmodel_layer_callback, gptqmodel_log_dir
-from swiftbox.pipelines.quantize.progress import layer_progress
+from swiftbox.export.progress import layer_progress
 
 
 def quantize_config(cfg, group_size: int):

@@ -12,12 +12,17 @@ import math
 from pathlib import Path
 
 from swiftbox import quant_methods
+from swiftbox.errors import SwiftboxError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 # how each method's quantized layers look on disk (Layout: tensor, dtypes, companion) and its documented tolerances
 # (docs/export.md) are its record's: swiftbox/quant_methods.py
 DEFAULT_TOLERANCES = quant_methods.CHECKPOINT_TOLERANCES
+
+
+class QualityGateFailed(SwiftboxError):
+    """The export broke a documented tolerance (exit 1); nothing was written."""
 
 
 def perplexity(model, rows: list[dict]) -> float:

@@ -1,9 +1,9 @@
 """The child process that runs llama.cpp's own tools, so their logging, argv parsing and memory stay out of the
 swiftbox process (convert.py starts it and sends its output to the run's log):
 
-    python -m swiftbox.llamacpp.driver convert TREE [--pre NAME] -- ARGS...   # convert_hf_to_gguf.py ARGS
-    python -m swiftbox.llamacpp.driver lora TREE -- ARGS...                   # convert_lora_to_gguf.py ARGS
-    python -m swiftbox.llamacpp.driver quantize IN OUT FTYPE THREADS         # llama_model_quantize (k-quants)
+    python -m swiftbox.export.llamacpp.driver convert TREE [--pre NAME] -- ARGS...   # convert_hf_to_gguf.py ARGS
+    python -m swiftbox.export.llamacpp.driver lora TREE -- ARGS...                   # convert_lora_to_gguf.py ARGS
+    python -m swiftbox.export.llamacpp.driver quantize IN OUT FTYPE THREADS         # llama_model_quantize (k-quants)
 
 The scripts run unmodified from llama.cpp's tree (runpy, as `python script.py ARGS` would); `--pre` names the
 BPE pre-tokenizer for a tokenizer the converter does not recognise (swiftbox.compat.llamacpp_bpe_pre_tokenizer).
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="python -m swiftbox.llamacpp.driver")
+    parser = argparse.ArgumentParser(prog="python -m swiftbox.export.llamacpp.driver")
     sub = parser.add_subparsers(dest="tool", required=True)
     conv = sub.add_parser("convert")
     conv.add_argument("tree", type=Path)

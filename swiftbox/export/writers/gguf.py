@@ -1,5 +1,5 @@
 """`quantize --method gguf`: a GGUF for llama.cpp / Ollama / LM Studio, written by llama.cpp's own tools and
-proven by running it in llama.cpp (swiftbox.llamacpp), with the quality report every export gives.
+proven by running it in llama.cpp (swiftbox.export.llamacpp), with the quality report every export gives.
 
 Model: convert_hf_to_gguf.py writes f16 / bf16 / q8_0 directly; the k-quants (q6_k, q5_k_m, q4_k_m) are made
 from a 16-bit conversion by llama.cpp's quantizer (the per-tensor mixes of *_K_M live only there). With
@@ -23,7 +23,7 @@ from swiftbox import quant_methods
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import UserError
-from swiftbox.llamacpp.gguf_file import inspect  # noqa: F401  (the export's tensor check, shared with verify)
+from swiftbox.export.llamacpp.gguf_file import inspect  # noqa: F401  (the export's tensor check, shared with verify)
 from swiftbox.steps import QuantizeStep
 
 PROBE_NEW_TOKENS = 16
@@ -40,13 +40,13 @@ TOLERANCES = quant_methods.GGUF_TOLERANCES
 MAX_BITS_PER_WEIGHT = {"f16": 16.6, "bf16": 16.6, "q8_0": 9.2, "q6_k": 9.2, "q5_k_m": 7.8, "q4_k_m": 7.2}
 # tensor type every decoder weight must have (None: any quantized type: k-quants mix Q4_K/Q5_K/Q6_K/Q8_0, ...)
 def tolerances(cfg: QuantizeStep) -> dict[str, float]:
-    from swiftbox.pipelines.quantize import quality
+    from swiftbox.export import quality
 
     return quality.tolerances(cfg.bits or 8, cfg.tolerance.model_dump(), cfg.method)
 
 
 def _rows(tokenizer, texts: list[str], max_length: int) -> list[dict]:
-    from swiftbox.pipelines.quantize.calibration import tokenize
+    from swiftbox.export.calibration import tokenize
 
     return tokenize(tokenizer, texts, max_length)
 
@@ -63,7 +63,7 @@ def torch_figures(model, held: list[dict], probe: list[list[int]], stops: set[in
     """The source's side, in torch: perplexity, per-position logits on each probe row, greedy continuations."""
     import torch
 
-    from swiftbox.pipelines.quantize import quality
+    from swiftbox.export import quality
 
     device = next(model.parameters()).device
     logits, greedy = [], []
@@ -88,7 +88,7 @@ def _until(tokens: list[int], stops: set[int]) -> list[int]:
 def llamacpp_figures(gguf: Path, held: list[dict], probe: list[list[int]], stops: set[int], texts: list[str],
                      want_ids: list[list[int]], lora: Path | None = None) -> dict:
     """The same figures from llama.cpp, plus how many texts its tokenizer encodes exactly as transformers does."""
-    from swiftbox.llamacpp import runner
+    from swiftbox.export.llamacpp import runner
 
     longest = max([len(r["input_ids"]) for r in held] + [len(p) + PROBE_NEW_TOKENS for p in probe] + [64])
     with runner.load(gguf, n_ctx=min(longest + 8, 8192), lora=lora) as model:
@@ -118,7 +118,7 @@ def compare(before: dict, after: dict) -> dict:
 
 def gate(metrics: dict, inspection: dict, tol: dict[str, float]) -> list[str]:
     """The bounds the export breaks, one phrase each (empty: it passes). NaN never passes."""
-    from swiftbox.pipelines.quantize import quality
+    from swiftbox.export import quality
 
     broken = quality.gate(metrics, inspection, tol)
     checks = [("greedy_agreement", "min_greedy_agreement")]
@@ -152,11 +152,12 @@ def file_stem(ref: str) -> str:
 
 def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     """A merged or full model -> GGUF (an adapter alone: gguf_adapter.run_adapter, chosen by quantize's run)."""
-    from swiftbox.llamacpp import convert, gguf_file
-    from swiftbox.llamacpp.runner import stop_ids
+    from swiftbox.export import quality
+    from swiftbox.export.calibration import calibration_files, read_texts, split_held_out
+    from swiftbox.export.checks import check_input
+    from swiftbox.export.llamacpp import convert, gguf_file
+    from swiftbox.export.llamacpp.runner import stop_ids
     from swiftbox.modeling.loading import load_model, load_tokenizer
-    from swiftbox.pipelines.quantize import check_input, quality
-    from swiftbox.pipelines.quantize.calibration import calibration_files, read_texts, split_held_out
 
     started = time.time()
     if Path(str(ctx.input)).is_dir() and is_adapter_dir(Path(str(ctx.input))):
@@ -184,7 +185,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     gguf_type = cfg.type or "q8_0"
     out = work / f"{file_stem(ctx.input if not cfg.adapter_only else spec.base_ref)}-{gguf_type}.gguf"
     log = work / "logs" / "llama.cpp.log"
-    from swiftbox.llamacpp import TYPES
+    from swiftbox.export.llamacpp import TYPES
 
     t0 = time.time()
     direct = TYPES[gguf_type][2]
@@ -231,11 +232,11 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
         tol.setdefault("max_size_ratio", 1.0)
     broken = gate({**metrics, "tokenizer_first_diff": measured.get("tokenizer_first_diff")}, inspection, tol)
     if broken:
-        from swiftbox.pipelines.quantize import QualityGateFailed
+        from swiftbox.export.quality import QualityGateFailed
 
         raise QualityGateFailed(f"quantize: the gguf {gguf_type} export fails its quality gate: {'; '.join(broken)}; "
                                 "nothing was written (tolerances: docs/export.md, or set quantize.tolerance.*)")
-    from swiftbox.llamacpp import modelfile
+    from swiftbox.export.llamacpp import modelfile
 
     mf, template_facts = modelfile.build(out.name, tokenizer, spec.base, adds_bos=info.adds_bos)
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
@@ -249,8 +250,8 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
 
 def _tool_facts() -> dict:
-    from swiftbox.llamacpp import LLAMA_CPP_VERSION
-    from swiftbox.llamacpp.convert import ensure_tree
+    from swiftbox.export.llamacpp import LLAMA_CPP_VERSION
+    from swiftbox.export.llamacpp.convert import ensure_tree
 
     return {"tool": "llama.cpp (convert_hf_to_gguf.py, llama_model_quantize)",
             "llama_cpp_python": LLAMA_CPP_VERSION, "converter_tree": str(ensure_tree())}

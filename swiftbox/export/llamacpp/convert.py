@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from swiftbox.errors import SwiftboxError, Unsupported
-from swiftbox.llamacpp import INSTALL_HINT, TYPES, tree
+from swiftbox.export.llamacpp import INSTALL_HINT, TYPES, tree
 
 ALTERNATIVE = "quantize --method gptq, awq or bnb (transformers and vLLM load them)"
 GPT2_SPLIT = "ByteLevel"   # a ByteLevel pre-tokenizer with use_regex splits with the GPT-2 pattern
@@ -27,7 +27,7 @@ def ensure_tree() -> Path:
     found = tree()
     if found is not None:
         return found
-    from swiftbox.llamacpp import setup
+    from swiftbox.export.llamacpp import setup
 
     try:
         setup.unpack(setup.cache_dir())
@@ -87,7 +87,7 @@ def check_architecture(model_dir: Path, llama_tree: Path) -> str:
 
 
 def _tree_version(llama_tree: Path) -> str:
-    from swiftbox.llamacpp import LLAMA_CPP_VERSION
+    from swiftbox.export.llamacpp import LLAMA_CPP_VERSION
 
     return LLAMA_CPP_VERSION if "SWIFTBOX_LLAMA_CPP_DIR" not in os.environ else f"tree {llama_tree}"
 
@@ -120,14 +120,14 @@ def pre_tokenizer_of(model_dir: Path) -> str | None:
 
 def _run(args: list[str], log: Path, what: str) -> None:
     """One driver call; output appended to `log`; a failure raises naming the last lines."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])   # the repository root, for the driver child
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     env.pop("NO_LOCAL_GGUF", None)   # the converter must use the gguf-py of its own tree
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(args)}\n")
         out.flush()
-        done = subprocess.run([sys.executable, "-m", "swiftbox.llamacpp.driver", *args], stdout=out,
+        done = subprocess.run([sys.executable, "-m", "swiftbox.export.llamacpp.driver", *args], stdout=out,
                               stderr=subprocess.STDOUT, env=env, check=False)
     if done.returncode != 0:
         tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()][-3:]

@@ -6,7 +6,7 @@ Two pieces of one pinned llama-cpp-python release (LLAMA_CPP_VERSION) are used, 
   `convert_lora_to_gguf.py` from there (in a child process, driver.py);
 - built once from that tree (cmake + a C++ compiler, CPU only) it is the `llama_cpp` Python bindings: load a
   GGUF, evaluate logits, generate, and `llama_model_quantize` for the k-quants (runner.py).
-`setup.py` fetches, builds and caches both (`python -m swiftbox.llamacpp.setup`; install.sh runs it for the
+`setup.py` fetches, builds and caches both (`python -m swiftbox.export.llamacpp.setup`; install.sh runs it for the
 `gguf` extra). `gguf_file.py` reads a GGUF's header with the `gguf` package (llama.cpp's gguf-py, from PyPI);
 `modelfile.py` writes Ollama's Modelfile from the model's chat template.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 LLAMA_CPP_VERSION = "0.3.36"   # llama-cpp-python; its sdist vendors the llama.cpp tree the converter comes from
 INSTALL_HINT = ("SWIFTBOX_EXTRAS=quant,serve,dev,gguf ./install.sh (builds llama.cpp once, about 10-25 min on 2 "
-                "cores; or: python -m swiftbox.llamacpp.setup in your environment)")
+                "cores; or: python -m swiftbox.export.llamacpp.setup in your environment)")
 
 # --type -> (llama.cpp ftype name, the bits it is gated as, the converter's --outtype when it writes it directly)
 TYPES: dict[str, tuple[str, int, str | None]] = {
