@@ -191,14 +191,23 @@ def free_port() -> int:
 class Child:
     """A server in its own process (as users run it), healthy before the first request, killed after."""
 
-    def __init__(self, name: str, argv: list[str], port: int):
+    def __init__(self, name: str, argv: list[str], port: int, extra_env: dict[str, str] | None = None):
         self.name, self.url = name, f"http://127.0.0.1:{port}"
         self.log = Path(tempfile.gettempdir()) / f"bench-{name}-{port}.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               **(extra_env or {})}
         with open(self.log, "wb") as out:   # cwd: a scratch dir, so the serve step's run folder lands there
             self.proc = procs.start(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=tempfile.mkdtemp(prefix=f"bench-{name}-"))
+
+    def log_line(self, start: str) -> str | None:
+        """The first line of the child's log that starts with `start` (a header line), or None."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        return next((ln for ln in lines if ln.startswith(start)), None)
 
     def wait_healthy(self, timeout: float = 300) -> str | None:
         import httpx

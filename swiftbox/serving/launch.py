@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from swiftbox.modeling.loading import ModelSpec
     from swiftbox.serving.backend import Backend
     from swiftbox.serving.builtin.backend import BuiltinBackend
+    from swiftbox.serving.engine_choice import EngineChoice
     from swiftbox.serving.vllm.child import VllmBackend
     from swiftbox.steps import EvalStep, ServeStep
 
@@ -64,19 +65,35 @@ def served_names(cfg: ServeStep, ref: str, spec: ModelSpec) -> Names:
     return Names(base=base, primary=primary, loras=loras)
 
 
-def pick_engine(cfg: ServeStep, platform: Platform, log: Log) -> str:
+def choose_engine(cfg: ServeStep, platform: Platform, model: Optional[str] = None) -> EngineChoice:
+    """The engine for this config and why. `auto`: vLLM where the platform prefers it when installed (CUDA, NPU);
+    where it does not (the CPU: `vllm_auto_instead`), the per-machine measurement of both engines for `model`
+    decides (serving/engine_choice.py): vLLM when installed and measured faster, else the built-in engine."""
+    from swiftbox.serving.engine_choice import EngineChoice, decide_engine, find_record
+
     if cfg.engine == "vllm":
         platform.require("vllm")
-        return "vllm"
+        return EngineChoice("vllm", "engine: vllm")
     if cfg.engine == "builtin":
-        return "builtin"
+        return EngineChoice("builtin", "engine: builtin")
     refusal = platform.why_not("vllm")
-    if refusal is None and platform.vllm_auto_instead is None:
-        log(f"engine auto -> vllm ({platform.vllm_package} on {platform.name})")
-        return "vllm"
-    why = refusal.why if refusal is not None else platform.vllm_auto_instead
-    log(f"engine auto -> builtin (vLLM not used: {why})")
-    return "builtin"
+    if platform.vllm_auto_instead is None:
+        if refusal is None:
+            return EngineChoice("vllm", f"{platform.vllm_package} on {platform.name}")
+        return EngineChoice("builtin", f"vLLM not used: {refusal.why}")
+    from swiftbox.device.vllm_cpu import REQUIREMENT
+
+    dtype = platform.resolve_dtype(cfg.dtype)
+    record = find_record(model, dtype, REQUIREMENT) if model else None
+    return decide_engine(model, dtype, refusal.why if refusal is not None else None, record)
+
+
+def pick_engine(cfg: ServeStep, platform: Platform, log: Log, model: Optional[str] = None) -> str:
+    """`choose_engine`'s engine; an `auto` choice is logged with its reason (and the figures it read)."""
+    choice = choose_engine(cfg, platform, model)
+    if cfg.engine == "auto":
+        log(choice.line())
+    return choice.engine
 
 
 KEY_ENV = "SWIFTBOX_API_KEY"
@@ -135,7 +152,7 @@ def open_backend(cfg: ServeStep, ref: str, platform: Platform, *, work_dir: Path
 
     spec = resolve_spec(ref)
     names = served_names(cfg, ref, spec)
-    engine = engine or pick_engine(cfg, platform, log)
+    engine = engine or pick_engine(cfg, platform, log, model=ref)
     dtype = platform.resolve_dtype(cfg.dtype)
     backend: Backend
     if engine == "vllm":
@@ -151,6 +168,7 @@ def open_backend(cfg: ServeStep, ref: str, platform: Platform, *, work_dir: Path
 
 def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platform, dtype: str,
                   log: Log) -> tuple[BuiltinBackend, Names, Callable[[], None]]:
+    from swiftbox.device.threads import ThreadGovernor
     from swiftbox.modeling.loading import bnb_config, load_model, load_tokenizer
     from swiftbox.serving.builtin.backend import BuiltinBackend
     from swiftbox.serving.builtin.engine import BuiltinEngine
@@ -175,12 +193,13 @@ def _open_builtin(cfg: ServeStep, spec: ModelSpec, names: Names, platform: Platf
             model = PeftModel.from_pretrained(model, path, adapter_name=name)
     model.eval()
     limit = cfg.max_model_len or int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    threads = ThreadGovernor()      # the CPU thread policy: the cores other processes leave free
     engine = BuiltinEngine(model, tokenizer, base_name=names.base, adapters=list(names.loras),
                            max_batch_size=cfg.max_batch_size, max_model_len=limit, device=platform.torch_device(0),
-                           max_waiting=cfg.max_queue, prefill_chunk=cfg.prefill_chunk)
+                           max_waiting=cfg.max_queue, prefill_chunk=cfg.prefill_chunk, threads=threads)
     engine.start()
     log(f"built-in engine: {names.base} + {len(names.loras)} adapter(s), {dtype}, batch {cfg.max_batch_size}, "
-        f"context {limit}, prefill chunk {cfg.prefill_chunk}")
+        f"context {limit}, prefill chunk {cfg.prefill_chunk}; {threads.current.line()}")
     backend = BuiltinBackend(engine, tokenizer, max_model_len=limit,
                              trust_request_chat_template=cfg.trust_request_chat_template)
     backend.max_lora_rank = cfg.max_lora_rank or BUILTIN_MAX_LORA_RANK

@@ -106,15 +106,15 @@ def test_engine_choice_on_cpu(no_vllm_cpu):
         pick_engine(ServeStep(engine="vllm"), CpuPlatform(), logs.append)
 
 
-def test_auto_keeps_builtin_on_cpu_even_with_vllm_installed(monkeypatch):
+def test_auto_keeps_builtin_on_cpu_without_a_measurement_even_with_vllm_installed(monkeypatch, tmp_path):
     from swiftbox.device import vllm_cpu
 
+    monkeypatch.setenv("SWIFTBOX_CACHE", str(tmp_path))     # no record of this machine (test_engine_choice.py)
     monkeypatch.setattr(vllm_cpu, "missing_reason", lambda: None)
     logs: list[str] = []
     assert CpuPlatform().supports("vllm")
-    assert pick_engine(ServeStep(engine="auto"), CpuPlatform(), logs.append) == "builtin"
-    assert "auto keeps the built-in engine" in logs[0]
-    assert "1.80x" in logs[0] and "1.67x" in logs[0] and "--engine vllm" in logs[0]   # the measured alternative
+    assert pick_engine(ServeStep(engine="auto"), CpuPlatform(), logs.append, model="toy") == "builtin"
+    assert "no measurement of both engines for toy" in logs[0] and "./launch.sh bench serve-vllm toy" in logs[0]
     assert pick_engine(ServeStep(engine="vllm"), CpuPlatform(), logs.append) == "vllm"
 
 

@@ -20,6 +20,9 @@ stop strings, penalties or `n`. So this is a compact scheduler instead:
 - finished or cancelled rows leave the batch between steps (`batch_select_indices`) and the columns
   that have become padding for every row are trimmed, so the cache never grows past the longest row.
 
+On a CPU the engine's thread sizes torch's OpenMP pool by the thread policy (swiftbox/device/threads.py: the
+cores other processes leave free, re-checked every few seconds between steps), passed in as `threads`.
+
 Adapters are loaded and unloaded at run time between two steps, on this thread (`load_adapter` /
 `unload_adapter`, registry in adapter_slots.py); an unloaded adapter's weights stay until its last sequence ends.
 
@@ -38,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from swiftbox.device.threads import ThreadGovernor
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterSlots
 from swiftbox.serving.builtin.prefill import (
     DEFAULT_PREFILL_CHUNK,
@@ -63,7 +67,10 @@ class QueueFull(RuntimeError):
 
 
 @dataclass
-class Sequence:
+class SequenceState:
+    """One generated sequence (one of a request's `n` choices): its prompt, its tokens so far, its sampling state
+    and where its events go."""
+
     id: int
     prompt_ids: list[int]
     params: SamplingParams
@@ -99,7 +106,7 @@ def _deliver(items: list) -> None:
 class Handle:
     """What a request holds: cancel() frees the slot (client gone, stop string seen)."""
 
-    def __init__(self, engine: BuiltinEngine, seq: Sequence):
+    def __init__(self, engine: BuiltinEngine, seq: SequenceState):
         self._engine, self.seq = engine, seq
 
     def cancel(self) -> None:
@@ -113,7 +120,7 @@ class BuiltinEngine:
 
     def __init__(self, model, tokenizer, *, base_name: str, adapters: list[str], max_batch_size: int = 8,
                  max_model_len: int = 2048, device=None, max_waiting: int = 128,
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, threads: Optional[ThreadGovernor] = None):
         self.model, self.tokenizer = model, tokenizer
         self.base_name = base_name
         self.slots = AdapterSlots(list(adapters))   # served adapters + loads/unloads for this thread
@@ -121,6 +128,7 @@ class BuiltinEngine:
         self.max_waiting = max_waiting
         self.prefill_chunk = max(1, int(prefill_chunk))
         self.device = device
+        self.threads = threads          # the CPU thread policy (device/threads.py), applied on the engine's thread
         self.is_peft = hasattr(model, "peft_config")
         eos = getattr(model, "generation_config", None)
         ids = set()
@@ -131,9 +139,9 @@ class BuiltinEngine:
                 ids.update(int(i) for i in source)
         self.eos_ids = ids
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(ids or {0})
-        self._waiting: collections.deque[Sequence] = collections.deque()
+        self._waiting: collections.deque[SequenceState] = collections.deque()
         self._prefilling: list[PrefillJob] = []
-        self._active: list[Sequence] = []
+        self._active: list[SequenceState] = []
         self._cache: Any = None
         self._mask: Any = None          # None while no row of the batch is padded
         self._cond = threading.Condition()
@@ -173,9 +181,10 @@ class BuiltinEngine:
         `prompt_logprobs=k`: each sequence first gets ("prompt_logprobs", [(id, (logprob, top k)), ...]) for the
         prompt's tokens after the first (prefill.prompt_entries); `max_tokens=0` then ends it ("done", "length")."""
         group = next(self._groups)
-        seqs = [Sequence(next(self._ids), list(prompt_ids), p, adapter, sink, loop, generator=make_generator(p.seed),
-                         outbox=self._outbox, group=group, prompt_logprobs=prompt_logprobs, eos_events=eos_events,
-                         matcher=p.grammar.matcher() if p.grammar else None)
+        seqs = [SequenceState(next(self._ids), list(prompt_ids), p, adapter, sink, loop,
+                              generator=make_generator(p.seed), outbox=self._outbox, group=group,
+                              prompt_logprobs=prompt_logprobs, eos_events=eos_events,
+                              matcher=p.grammar.matcher() if p.grammar else None)
                 for p, sink in zip(params, sinks, strict=True)]
         with self._cond:
             if not self.slots.usable(adapter):
@@ -234,8 +243,12 @@ class BuiltinEngine:
     def _run(self) -> None:
         import torch
 
+        if self.threads is not None:
+            self.threads.start()
         with torch.inference_mode():
             while True:
+                if self.threads is not None:
+                    self.threads.tick()
                 with self._cond:
                     while not self._stop and not self._busy() and not self.slots.pending():
                         self._cond.wait(timeout=1.0)
@@ -502,13 +515,13 @@ class BuiltinEngine:
             elif complete:
                 self._finish(seq, "stop")
 
-    def _fail(self, seq: Sequence, exc: Exception) -> None:
+    def _fail(self, seq: SequenceState, exc: Exception) -> None:
         log.warning("sequence %d failed: %s: %s", seq.id, type(exc).__name__, exc)
         self.stats["errors"] += 1
         seq.done = True
         seq.emit(("error", f"{type(exc).__name__}: {exc}"))
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
+    def _finish(self, seq: SequenceState, reason: str) -> None:
         seq.done = True
         if reason == "cancelled":
             self.stats["cancelled"] += 1
