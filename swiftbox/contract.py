@@ -8,15 +8,18 @@ Every `swiftbox/pipelines/<kind>.py` ends with one declaration
 
 where `check(cfg, platform, input)` refuses what this platform cannot do or this input cannot take (exit 2/3,
 before any output directory exists; `input` is the model reference or artifact dir the step will start from,
-"" when it has none) and `run(cfg, ctx) -> StepResult` does the work inside `ctx.work_dir`. `distributed=True`
-says the step can run on N processes: the runner then decides whether to launch workers
-(swiftbox/training/distributed/launch.py) and every worker calls the same `execute`. The runner and the
-distributed worker call `pipeline.check(...)` and `pipeline.execute(...)`; nothing else about a pipeline
-is known above this module.
+"" when it has none) and returns the step's `Plan` (or None: the default plan) - everything decided from the
+input: the dtype plan, the resolved adapter chain, the chosen serve engine. The runner completes it (dtypes,
+placement), prints it and hands it to `run(cfg, ctx) -> StepResult` as `ctx.plan`; run does the work inside
+`ctx.work_dir` and re-checks and re-resolves none of it. Every refusal lives in check: there is no exception.
+`distributed=True` says the step can run on N processes: the runner then decides whether to launch workers
+(swiftbox/training/distributed/launch.py) and every worker calls the same `execute`. The runner calls
+`pipeline.plan(...)` (check, completed) and `pipeline.execute(...)`, the distributed worker `execute`; nothing else
+about a pipeline is known above this module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar
 
@@ -31,6 +34,37 @@ if TYPE_CHECKING:
 
 C = TypeVar("C", bound="StepBase")
 C_contra = TypeVar("C_contra", bound="StepBase", contravariant=True)
+P = TypeVar("P", bound="Plan")
+
+
+class Placement(Protocol):
+    """Where the step runs when it is not this process alone (the runner's torchrun plan,
+    swiftbox/training/distributed/launch.py LaunchPlan)."""
+
+    @property
+    def world_size(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `check` decided from the config, the platform and the input, before any output exists. The runner
+    fills in `dtypes` (from the pipeline's dtype rule, where check left it None), `dtype` and `placement`, prints
+    it, and hands it to `run` as `ctx.plan`; nothing in it is resolved a second time. A step kind with more to
+    carry (merge's adapter chain, serve's engine) subclasses it with typed fields; run reads it with
+    `ctx.plan_as(ThatPlan)`."""
+
+    dtypes: Optional[DtypePlan] = None      # compute / save / check dtypes (swiftbox/device/dtype_policy.py)
+    dtype: Optional[str] = None             # the manifest's `dtype`, written by the runner alone: the dtype of the
+    #                                         model weights the step saves (merge), else dtypes.compute
+    placement: Optional[Placement] = None   # torchrun workers (set by the runner); None: this process
+    notes: tuple[str, ...] = ()             # what check chose and why (e.g. the engine), printed once by the runner
+
+    def describe(self) -> str:
+        """One line for the runner's step header: the dtypes and where it runs."""
+        parts = [self.dtypes.describe()] if self.dtypes is not None else []
+        if self.placement is not None:
+            parts.append(f"{self.placement.world_size} processes")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -49,6 +83,14 @@ class StepContext:
     output: Path
     platform: Platform
     header_devices: Optional[Devices] = None   # the recipe header's devices (a step's own win)
+    plan: Optional[Plan] = None   # what check resolved (set by the runner before run; None only while planning)
+
+    def plan_as(self, kind: type[P]) -> P:
+        """`ctx.plan` as the plan type this step's check returns (a missing or other plan is a programming error)."""
+        if not isinstance(self.plan, kind):
+            raise TypeError(f"pipeline {self.kind}: run() needs the {kind.__name__} its check returned, got "
+                            f"{type(self.plan).__name__} (run steps through the runner: it plans before it runs)")
+        return self.plan
 
     def lineage(self) -> list[dict]:
         """Manifests from the input back to the first artifact (nearest first)."""
@@ -86,26 +128,32 @@ class Pipeline(Protocol[C_contra]):
     @property
     def module(self) -> str: ...               # the module whose PIPELINE this is (what a worker imports)
 
-    def check(self, cfg: C_contra, platform: Platform, input: str) -> None: ...
+    def check(self, cfg: C_contra, platform: Platform, input: str) -> Optional[Plan]: ...
+
+    def plan(self, cfg: C_contra, ctx: StepContext) -> Plan: ...
 
     def execute(self, cfg: C_contra, ctx: StepContext) -> StepResult: ...
 
     def dtype_plan(self, cfg: C_contra, ctx: StepContext) -> Optional[DtypePlan]: ...
 
 
+Check = Callable[[C, Platform, str], Optional[Plan]]
+
+
 def no_check(cfg: Any, platform: Platform, input: str) -> None:
-    """For pipelines with nothing to refuse before their output directory exists."""
+    """For pipelines with nothing to refuse before their output directory exists (their plan is the default)."""
 
 
 @dataclass(frozen=True)
-class Declared(Generic[C]):
-    """The Pipeline a module declares with `declare(...)`: its module-level check/run, typed by its schema."""
+class DeclaredPipeline(Generic[C]):
+    """The Pipeline a pipeline module builds with `declare(...)` and exports as PIPELINE: its kind, schema and
+    module-level check/run (and dtype rule), typed by its schema."""
 
     kind: str
     schema: type[C]
     produces_model: bool
     run: Callable[[C, StepContext], StepResult]
-    check: Callable[[C, Platform, str], None] = no_check
+    check: Check[C] = no_check
     needs_input: bool = True
     dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None
     distributed: bool = False
@@ -127,6 +175,18 @@ class Declared(Generic[C]):
 
         return DtypePlan(ctx.dtype(requested))
 
+    def plan(self, cfg: C, ctx: StepContext) -> Plan:
+        """check (every refusal, exit 2/3) and what it resolved, completed with the dtype plan and the manifest's
+        dtype: what the runner stores as `ctx.plan`. `ctx.work_dir` does not exist yet."""
+        planned = self.check(cfg, ctx.platform, ctx.input) or Plan()
+        if not isinstance(planned, Plan):
+            raise SwiftboxError(f"pipeline {self.kind}: check() returned {type(planned).__name__}, not a Plan or None")
+        if planned.dtypes is None:
+            planned = replace(planned, dtypes=self.dtype_plan(cfg, ctx))
+        if planned.dtype is None and planned.dtypes is not None:
+            planned = replace(planned, dtype=planned.dtypes.compute)
+        return planned
+
     def execute(self, cfg: C, ctx: StepContext) -> StepResult:
         """Run the step; the one place a result is checked (the runner and the distributed worker use it)."""
         result = self.run(cfg, ctx)
@@ -136,9 +196,10 @@ class Declared(Generic[C]):
 
 
 def declare(kind: str, schema: type[C], *, produces_model: bool, run: Callable[[C, StepContext], StepResult],
-            check: Callable[[C, Platform, str], None] = no_check, needs_input: bool = True,
-            dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None, distributed: bool = False) -> Declared[C]:
+            check: Check[C] = no_check, needs_input: bool = True,
+            dtypes: Optional[Callable[[C, StepContext], DtypePlan]] = None,
+            distributed: bool = False) -> DeclaredPipeline[C]:
     """`distributed=True`: the step can run on N processes (a training step: its schema carries devices, nnodes,
     node_rank, ...); the runner launches them and each runs `execute`. The pipeline itself never relaunches."""
-    return Declared(kind=kind, schema=schema, produces_model=produces_model, run=run, check=check,
+    return DeclaredPipeline(kind=kind, schema=schema, produces_model=produces_model, run=run, check=check,
                     needs_input=needs_input, dtypes=dtypes, distributed=distributed)

@@ -1,7 +1,8 @@
 """Runs a recipe: each step gets its input (the previous model artifact) and goes through one lifecycle,
-`_run_step`: check (refusals against the platform and the input, nothing on disk yet) -> placement (one process
-here, or torchrun workers for a pipeline declared `distributed`) -> prepare `<out>.partial` -> run -> manifest ->
-commit (rename). Ends with runs/<name>/summary.json.
+`_run_step`: plan (the pipeline's check: every refusal against the platform and the input, and what it resolved -
+dtypes, adapter chain, engine; nothing on disk yet) -> placement (one process here, or torchrun workers for a
+pipeline declared `distributed`) -> prepare `<out>.partial` -> run (reads `ctx.plan`) -> manifest (its `dtype` from
+the plan, written here only) -> commit (rename). Ends with runs/<name>/summary.json.
 
 A failure leaves no debris: a work dir the step left empty is removed, and a failed one-step command
 (`./launch.sh sft ...`) writes no summary (a recipe's summary records the failed step). Training
@@ -13,6 +14,7 @@ import platform as _py_platform
 import shutil
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
@@ -133,23 +135,26 @@ def _run_step(recipe: Recipe, step: Step, current: Optional[str], default_out: P
     compare = getattr(cfg, "compare", None)
     if compare:                                         # eval's other models may name earlier steps too (@sft)
         cfg = cfg.model_copy(update={"compare": [_earlier_ref(r, step, models) for r in compare]})
-    pipeline.check(cfg, platform, model_ref or "")     # refusals (exit 2/3) while nothing is on disk
     output = Path(cfg.output) if cfg.output else default_out
-    launch = _placement(pipeline, cfg, platform, recipe.header.devices, partial_dir(output))
+    ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "",
+                      work_dir=partial_dir(output), output=output, platform=platform,
+                      header_devices=recipe.header.devices)
+    plan = pipeline.plan(cfg, ctx)     # every refusal (exit 2/3) while nothing is on disk; what run will read
+    launch = _placement(pipeline, cfg, platform, recipe.header.devices, ctx.work_dir)
+    ctx.plan = replace(plan, placement=launch)
+    if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
+        described = f"; {ctx.plan.describe()}" if ctx.plan.describe() else ""
+        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{described})")
+    for note in plan.notes:
+        log(note)
     work = prepare_output(output, force=cfg.force, resume=bool(getattr(cfg, "resume", False)),
                           owned=cfg.output is None)
-    ctx = StepContext(recipe=recipe.name, kind=step.kind, index=step.index, input=model_ref or "", work_dir=work,
-                      output=output, platform=platform, header_devices=recipe.header.devices)
-    plan = pipeline.dtype_plan(cfg, ctx)           # the one dtype policy (swiftbox/device/dtype_policy.py)
-    if len(recipe.steps) > 1:  # a one-step command stays quiet, so bad input reads as exactly one line
-        dtypes = f"; {plan.describe()}" if plan is not None else ""
-        log(f"[{step.index + 1}/{len(recipe.steps)}] {step.kind} <- {model_ref}  (device {platform.name}{dtypes})")
+    if work != ctx.work_dir:
+        raise SwiftboxError(f"runner: the work dir is {work}, planned as {ctx.work_dir}")
     started = time.time()
     try:
         result = pipeline.execute(cfg, ctx) if launch is None else _on_workers(launch, pipeline, cfg, ctx)
         manifest = _manifest(recipe, step, ctx, result, started)
-        if plan is not None:
-            manifest.setdefault("dtype_plan", plan.as_dict())
         write_json_atomic(work / MANIFEST, manifest)
         commit_output(work, output)
     except SwiftboxError:
@@ -196,7 +201,10 @@ def _full_disk(exc: Exception, cfg: StepBase, work: Path, output: Path) -> Swift
 
 
 def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, started: float) -> dict[str, Any]:
-    dtype = getattr(step.config, "dtype", None)
+    """The run manifest. Its `dtype` and `dtype_plan` come from the plan and are written here alone (after the
+    step's own `info`, so a step cannot write a second `dtype`)."""
+    plan = ctx.plan
+    dtypes = plan.dtypes if plan is not None else None
     return {
         "swiftbox_manifest": 1,
         "kind": step.kind,
@@ -205,13 +213,14 @@ def _manifest(recipe: Recipe, step: Step, ctx: StepContext, result: StepResult, 
         "config": _config_for_manifest(step.config),
         "device": ctx.platform.name,
         "device_name": _safe(ctx.platform.device_name),
-        "dtype": dtype and ctx.dtype(dtype),
         "versions": {"python": _py_platform.python_version(), **package_versions(MANIFEST_PACKAGES)},
         "timings": {"started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
                     "seconds": round(time.time() - started, 3)},
         "metrics": result.metrics,
         **step_fingerprint(step.config, ctx.input or None),   # data / weight hashes, seeds, env: for `compare`
         **result.info,
+        "dtype": plan.dtype if plan is not None else None,
+        **({"dtype_plan": dtypes.as_dict()} if dtypes is not None else {}),
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from swiftbox.contract import Declared, Pipeline
+from swiftbox.contract import DeclaredPipeline, Pipeline
 from swiftbox.steps import STEP_TYPES
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def load_pipeline(kind: str) -> Pipeline[Any]:
         raise KeyError(f"unknown step kind {kind!r}; expected one of {', '.join(STEP_TYPES)}")
     module = importlib.import_module(f"swiftbox.pipelines.{kind}")
     pipeline = getattr(module, "PIPELINE", None)
-    if not isinstance(pipeline, Declared) or pipeline.kind != kind or pipeline.schema is not STEP_TYPES[kind]:
+    if not isinstance(pipeline, DeclaredPipeline) or pipeline.kind != kind or pipeline.schema is not STEP_TYPES[kind]:
         raise TypeError(f"swiftbox/pipelines/{kind}.py must end with PIPELINE = declare({kind!r}, "
                         f"{STEP_TYPES[kind].__name__}, ...)")
     return pipeline

@@ -20,10 +20,30 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from swiftbox.contract import StepContext, StepResult, declare
+from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
-from swiftbox.steps import ChatStep
+from swiftbox.pipelines.serve import ServePlan, open_planned, plan_engine
+from swiftbox.steps import ChatStep, ServeStep
+
+
+def _serve_config(cfg: ChatStep) -> ServeStep:
+    """The private server a local chat talks to (127.0.0.1, its own key)."""
+    return ServeStep(adapters=cfg.adapters, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
+
+
+def check(cfg: ChatStep, platform: Platform, input: str) -> Optional[ServePlan]:
+    """With --url: nothing to plan (the server is someone else's). Else the model's engine, picked and gated as
+    serve's check does it, before any output exists."""
+    if cfg.url:
+        return None
+    if not input:
+        raise UserError("chat: give a MODEL to load or --url of a running server")
+    notes: list[str] = []
+    engine = plan_engine(_serve_config(cfg), platform, input, notes)
+    return ServePlan(engine=engine, notes=tuple(notes))
 
 
 def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
@@ -32,16 +52,12 @@ def run(cfg: ChatStep, ctx: StepContext) -> StepResult:
         key = cfg.api_key or os.environ.get("SWIFTBOX_API_KEY") or "unused"
         model = _load_remote_adapters(cfg.url, key, cfg.adapters) or cfg.model
         return StepResult(metrics=_session(cfg.url.rstrip("/"), key, model, cfg, None))
-    if not ctx.input:
-        raise UserError("chat: give a MODEL to load or --url of a running server")
-    from swiftbox.pipelines.serve import open_checked
     from swiftbox.serving.app import build_app
     from swiftbox.serving.server import ServerThread
-    from swiftbox.steps import ServeStep
 
-    serve_cfg = ServeStep(adapters=cfg.adapters, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
-    backend, names, close = open_checked(serve_cfg, ctx.input, ctx.platform, work_dir=ctx.work_dir,
-                                         log=lambda m: print(m, file=sys.stderr, flush=True))
+    plan = ctx.plan_as(ServePlan)
+    backend, names, close = open_planned(_serve_config(cfg), ctx.input, plan.engine, ctx.platform,
+                                         work_dir=ctx.work_dir, log=lambda m: print(m, file=sys.stderr, flush=True))
     key = secrets.token_urlsafe(16)
     server = None
     try:
@@ -212,4 +228,4 @@ def _ask(client, model: str, messages: list, cfg, sampling: dict, *, echo: bool,
     return "".join(parts), (ttft if ttft is not None else time.perf_counter() - started)
 
 
-PIPELINE = declare("chat", ChatStep, produces_model=False, needs_input=False, run=run)
+PIPELINE = declare("chat", ChatStep, produces_model=False, needs_input=False, check=check, run=run)

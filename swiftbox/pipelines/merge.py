@@ -17,20 +17,22 @@ from __future__ import annotations
 import gc
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from swiftbox.artifacts import dir_size, is_adapter_dir, read_manifest
-from swiftbox.contract import StepContext, StepResult, declare
+from swiftbox.contract import Plan, StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError, UserError
+from swiftbox.modeling.loading import ModelSpec
 from swiftbox.steps import MergeStep
 
 
-def adapter_chain(refs: list[str], base: str | None):
+def adapter_chain(refs: list[str], base: str | None) -> tuple[ModelSpec, list[Path]]:
     """(ModelSpec, adapter paths in merge order) for `refs`; refusals for anything that cannot merge."""
     from swiftbox.hub.resolve import resolve_model
-    from swiftbox.modeling.loading import ModelSpec, adapter_base_ref, resolve_spec
+    from swiftbox.modeling.loading import adapter_base_ref, resolve_spec
 
     spec: Optional[ModelSpec] = None
     adapters: list[Path] = []
@@ -74,38 +76,39 @@ def _quantized(path: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def dtype_plan(cfg: MergeStep, ctx: StepContext):
-    """The merge's dtypes from the one policy: float32 compute and check, the source model's dtype on disk."""
+@dataclass(frozen=True, kw_only=True)
+class MergePlan(Plan):
+    """The chain check resolved: the base (spec) and the adapters in merge order; run merges exactly these."""
+
+    spec: ModelSpec
+    adapters: tuple[Path, ...]
+
+
+def check(cfg: MergeStep, platform: Platform, input: str) -> MergePlan:
+    """Every refusal of the adapters and their base (not adapters, missing base, mixed bases, a quantized base)
+    before any output exists, and the plan run follows: the chain, resolved here once, and the dtypes from the one
+    policy (float32 compute and check, saved in the source model's dtype or `dtype:`; the manifest's dtype)."""
     from swiftbox.device import dtype_policy
 
-    source = "float32"
-    try:
-        spec, _ = adapter_chain(list(cfg.adapters or [ctx.input]), cfg.base)
-        source = dtype_policy.source_dtype(spec.base)
-    except SwiftboxError:
-        pass  # run() refuses the same input with its own message
-    return dtype_policy.merge(ctx.platform, cfg.dtype, source)
-
-
-def check(cfg: MergeStep, platform: Platform, input: str) -> None:
-    """Every refusal of the adapters and their base (not adapters, missing base, mixed bases, a quantized base)
-    before any output exists; run() resolves the same chain again."""
-    adapter_chain(list(cfg.adapters or [input]), cfg.base)
+    spec, adapters = adapter_chain(list(cfg.adapters or [input]), cfg.base)
+    dtypes = dtype_policy.merge(platform, cfg.dtype, dtype_policy.source_dtype(spec.base))
+    return MergePlan(dtypes=dtypes, dtype=dtypes.save, spec=spec, adapters=tuple(adapters))
 
 
 def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
     started = time.time()
-    refs = list(cfg.adapters or [ctx.input])
-    spec, adapters = adapter_chain(refs, cfg.base)  # refusals come before anything heavy is imported
+    plan = ctx.plan_as(MergePlan)
+    spec, adapters, dtypes = plan.spec, list(plan.adapters), plan.dtypes
+    if dtypes is None:
+        raise TypeError("merge: the plan has no dtypes (check() plans them)")
 
     from peft import PeftModel
 
     from swiftbox import parity as P
     from swiftbox.device import dtype_policy
-    from swiftbox.modeling.loading import ModelSpec, load_model, load_tokenizer, torch_dtype
+    from swiftbox.modeling.loading import load_model, load_tokenizer, torch_dtype
 
-    plan = dtype_policy.merge(ctx.platform, cfg.dtype, dtype_policy.source_dtype(spec.base))
-    dtype, save = plan.compute, plan.save or plan.compute           # float32; the source's dtype (or `dtype:`)
+    dtype, save = dtypes.compute, dtypes.save or dtypes.compute     # float32; the source's dtype (or `dtype:`)
     tolerance = cfg.tolerance or dtype_policy.relative_tolerance(dtype)
     tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
     items = P.read_probe(cfg.probe) if cfg.probe else P.default_probe()
@@ -175,7 +178,7 @@ def run(cfg: MergeStep, ctx: StepContext) -> StepResult:
         "seconds": round(time.time() - started, 3),
     }
     info = {"artifact": "model", "merged_from": [str(a) for a in adapters], "base_model": spec.base_ref,
-            "methods": methods, "dtype": save, "compute_dtype": dtype, "datasets": _datasets(adapters),
+            "methods": methods, "compute_dtype": dtype, "datasets": _datasets(adapters),
             "merge_stages": stages, "tolerance": tolerance}
     return StepResult(metrics=metrics, info=info)
 
@@ -198,4 +201,4 @@ def _datasets(adapters: list[Path]) -> list[str]:
     return out
 
 
-PIPELINE = declare("merge", MergeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)
+PIPELINE = declare("merge", MergeStep, produces_model=True, check=check, run=run)

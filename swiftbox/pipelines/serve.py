@@ -1,4 +1,5 @@
-"""serve step: the OpenAI-compatible server (swiftbox/serving/) as a step - check, gate, open, serve.
+"""serve step: the OpenAI-compatible server (swiftbox/serving/) as a step - check (exposure, engine, the
+pre-deploy gate: all refusals, before any output exists), then open the planned engine and serve.
 
     ./launch.sh serve MODEL [--adapters name=path ...] [--engine auto|builtin|vllm] [--port 0] [--smoke]
                       [--adapter-root DIR ...] [--no-runtime-adapters] [--metrics-public]
@@ -10,10 +11,11 @@ swiftbox/serving/ (the map is that package's docstring); this module only orders
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
-from swiftbox.contract import StepContext, StepResult, declare
+from swiftbox.contract import Plan, StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.serving.launch import Names, api_key, check_exposure, open_backend, pick_engine
@@ -23,23 +25,41 @@ if TYPE_CHECKING:
     from swiftbox.serving.backend import Backend
 
 
-def check(cfg: ServeStep, platform: Platform, input: str) -> None:
-    check_exposure(cfg, api_key(cfg), lambda msg: None)   # the warning itself is printed by run()
-    if cfg.engine == "vllm":
-        platform.require("vllm")
-    if cfg.engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
-        raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
-                        f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
+@dataclass(frozen=True, kw_only=True)
+class ServePlan(Plan):
+    """What check decided for this input: the engine (picked once, and the pre-deploy gate passed for it) and the
+    API key clients must send (read once; never printed)."""
+
+    engine: str
+    api_key: Optional[str] = field(default=None, repr=False)
 
 
-def open_checked(cfg: ServeStep, ref: str, platform: Platform, *, work_dir: Path,
-                 log: Callable[[str], None]) -> tuple[Backend, Names, Callable[[], None]]:
-    """The engine for `ref`, after the pre-deploy gate (files + engine fit: refuse, exit 2/3, rather than
-    serve what cannot load). The serve and chat steps open their engine through this."""
+def plan_engine(cfg: ServeStep, platform: Platform, input: str, notes: list[str]) -> str:
+    """The engine for `input` on this platform, after the pre-deploy gate (files + engine fit: refuse, exit 2/3,
+    rather than serve what cannot load). The serve and chat steps' check call it; the choice goes to `notes`."""
     from swiftbox.verify import startup_gate
 
-    engine = pick_engine(cfg, platform, log)
-    startup_gate(ref, engine, platform)
+    engine = pick_engine(cfg, platform, notes.append, model=input)
+    if engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
+        raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
+                        f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
+    startup_gate(input, engine, platform)
+    return engine
+
+
+def check(cfg: ServeStep, platform: Platform, input: str) -> ServePlan:
+    """Every refusal before the output exists: exposure without a key, the engine (and devices) for this platform,
+    the pre-deploy gate on the input for that engine."""
+    notes: list[str] = []
+    key = api_key(cfg)
+    check_exposure(cfg, key, notes.append)   # a refusal costs nothing here; the warning is one of the plan's notes
+    engine = plan_engine(cfg, platform, input, notes)
+    return ServePlan(engine=engine, api_key=key, notes=tuple(notes))
+
+
+def open_planned(cfg: ServeStep, ref: str, engine: str, platform: Platform, *, work_dir: Path,
+                 log: Callable[[str], None]) -> tuple[Backend, Names, Callable[[], None]]:
+    """The engine check planned for `ref`, opened (the serve and chat steps' run)."""
     return open_backend(cfg, ref, platform, work_dir=work_dir, log=log, engine=engine)
 
 
@@ -49,9 +69,10 @@ def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    key = api_key(cfg)
-    check_exposure(cfg, key, log)      # before the model loads: a refusal costs nothing
-    backend, names, close = open_checked(cfg, str(ctx.input), ctx.platform, work_dir=ctx.work_dir, log=log)
+    plan = ctx.plan_as(ServePlan)
+    key = plan.api_key
+    backend, names, close = open_planned(cfg, str(ctx.input), plan.engine, ctx.platform, work_dir=ctx.work_dir,
+                                         log=log)
     try:
         app = build_app(backend, api_key=key, metrics_public=cfg.metrics_public)
         info = {"engine": backend.name, "models": backend.model_names()}
