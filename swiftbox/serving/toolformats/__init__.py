@@ -20,6 +20,9 @@ the preset names, see catalog/presets.py), and a stream parser that reads any of
     gemma4        gemma4: gemma4 (<|tool_call>call:name{k:<|"|>v<|"|>}<tool_call|>)
     pythonic      pythonic: pythonic, llama4_pythonic; lfm2: lfm2; olmo3: olmo3 (Python call syntax)
     reasoning.py  <think> / [THINK] / Gemma 4's thought channel;  stream.py  the streaming reader and its rules
+    sections.py   how calls sit in an answer, read once: in `open ... close` blocks (hermes, internlm, apertus,
+                  qwen3_xml, glm45, hy_v3, invoke) or one section of delimited calls (deepseek, kimi_k2); a format
+                  brings only how one call reads
 
 The format is read off the chat template the model was trained with (`detect`): the template renders tool calls the
 way the model learned to write them. Templates without tool calls of their own train swiftbox's default format,

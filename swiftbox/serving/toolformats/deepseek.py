@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from swiftbox.serving.toolformats.base import MALFORMED, Split, ToolFormat, Tools, call, loads
+from swiftbox.serving.toolformats.base import MALFORMED, ToolFormat, call, loads
+from swiftbox.serving.toolformats.sections import section_split
 
 BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -30,26 +31,6 @@ def _one(body: str) -> Optional[dict]:
     return call(head, args) if args is not MALFORMED else None
 
 
-def _split(text: str, tools: Tools) -> Optional[Split]:
-    start = text.find(BEGIN)
-    if start < 0:
-        return None
-    end = text.find(END, start)
-    region = text[start + len(BEGIN):end if end >= 0 else len(text)]
-    after = text[end + len(END):] if end >= 0 else ""
-    calls = []
-    at = 0
-    while (s := region.find(CALL, at)) >= 0:
-        e = region.find(CALL_END, s)
-        if e < 0:
-            return None
-        found = _one(region[s + len(CALL):e])
-        if found is None:
-            return None
-        calls.append(found)
-        at = e + len(CALL_END)
-    return (text[:start] + after, calls) if calls else None
-
-
-DEEPSEEK = ToolFormat("deepseek", ("deepseek_v31", "deepseek_v3"), (BEGIN,), _split, lambda template: BEGIN in template,
+DEEPSEEK = ToolFormat("deepseek", ("deepseek_v31", "deepseek_v3"), (BEGIN,),
+                      section_split(BEGIN, END, CALL, CALL_END, _one), lambda template: BEGIN in template,
                       example=f'{BEGIN}{CALL}get_weather{SEP}{{"city": "Paris"}}{CALL_END}{END}')

@@ -13,18 +13,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from swiftbox.serving.toolformats.base import (
-    MALFORMED,
-    Split,
-    ToolFormat,
-    Tools,
-    blocks,
-    call,
-    loads,
-    param_schema,
-    typed,
-)
+from swiftbox.serving.toolformats.base import MALFORMED, Split, ToolFormat, Tools, call, loads, param_schema, typed
 from swiftbox.serving.toolformats.hermes import CLOSE, OPEN
+from swiftbox.serving.toolformats.sections import SplitFn, block_split, one_call
 
 KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 
@@ -63,21 +54,10 @@ def key_values(body: str, tools: Tools, tags: tuple[str, str, str, str], sep: st
     return call(name, args) if "\n" not in name and "{" not in name else None
 
 
-def key_value_split(open_: str, close: str, tags: tuple[str, str, str, str], sep: str = "", wrap: tuple[str, ...] = ()):
+def key_value_split(open_: str, close: str, tags: tuple[str, str, str, str], sep: str = "",
+                    wrap: tuple[str, ...] = ()) -> SplitFn:
     """The split of key/value calls inside `open_ ... close` blocks (`wrap`: section tags dropped from the text)."""
-    def split(text: str, tools: Tools) -> Optional[Split]:
-        bodies, outside, _ = blocks(text, open_, close)
-        calls = []
-        for body in bodies:
-            found = key_values(body, tools, tags, sep)
-            if found is None:
-                return None
-            calls.append(found)
-        rest = "".join(outside)
-        for tag in wrap:
-            rest = rest.replace(tag, "")
-        return (rest, calls) if calls else None
-    return split
+    return block_split(open_, close, one_call(lambda body, tools: key_values(body, tools, tags, sep)), wrap)
 
 
 GLM45 = ToolFormat("glm45", ("glm45", "glm47"), (OPEN,), key_value_split(OPEN, CLOSE, (KEY, KEY_END, VALUE, VALUE_END)),

@@ -11,36 +11,26 @@ from __future__ import annotations
 
 from typing import Optional
 
-from swiftbox.serving.toolformats.base import Split, ToolFormat, Tools, blocks, from_obj, loads
+from swiftbox.serving.toolformats.base import ToolFormat, Tools, from_obj, loads
+from swiftbox.serving.toolformats.sections import block_split, one_call
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
-def split_tagged(text: str, open_: str, close: str) -> Optional[Split]:
-    """Every closed block must hold one JSON call (else: no calls at all, the text stays as it is)."""
-    bodies, outside, _unclosed = blocks(text, open_, close)
-    calls = []
-    for body in bodies:
-        found = from_obj(loads(body.strip()))
-        if found is None:
-            return None
-        calls.append(found)
-    return ("".join(outside), calls) if calls else None
-
-
-def _split(text: str, tools: Tools) -> Optional[Split]:
-    return split_tagged(text, OPEN, CLOSE)
+def _json_call(body: str, tools: Tools) -> Optional[dict]:
+    """A block holds one JSON call."""
+    return from_obj(loads(body.strip()))
 
 
 def _detect(template: str) -> bool:
     return OPEN in template
 
 
-HERMES = ToolFormat("hermes", ("hermes",), (OPEN,), _split, _detect,
+HERMES = ToolFormat("hermes", ("hermes",), (OPEN,), block_split(OPEN, CLOSE, one_call(_json_call)), _detect,
                     example='<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
 
 I_OPEN, I_CLOSE = "<|action_start|><|plugin|>", "<|action_end|>"
-INTERNLM = ToolFormat("internlm", ("internlm",), (I_OPEN,), lambda text, tools: split_tagged(text, I_OPEN, I_CLOSE),
+INTERNLM = ToolFormat("internlm", ("internlm",), (I_OPEN,), block_split(I_OPEN, I_CLOSE, one_call(_json_call)),
                       lambda template: I_OPEN in template or "<|plugin|>" in template,
                       example='<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Paris"}}'
                               "<|action_end|>")

@@ -19,17 +19,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from swiftbox.serving.toolformats.base import (
-    MALFORMED,
-    Split,
-    ToolFormat,
-    Tools,
-    blocks,
-    call,
-    loads,
-    param_schema,
-    typed,
-)
+from swiftbox.serving.toolformats.base import MALFORMED, ToolFormat, Tools, call, loads, param_schema, typed
+from swiftbox.serving.toolformats.sections import SplitFn, block_split
 
 
 def attribute(tag: str, name: str) -> Optional[str]:
@@ -83,17 +74,8 @@ def invokes(region: str, tools: Tools, prefix: str) -> Optional[list[dict]]:
     return found or None
 
 
-def _invoke_split(open_: str, close: str, prefix: str):
-    def split(text: str, tools: Tools) -> Optional[Split]:
-        bodies, outside, _ = blocks(text, open_, close)
-        calls: list[dict] = []
-        for body in bodies:
-            found = invokes(body, tools, prefix)
-            if found is None:
-                return None
-            calls += found
-        return ("".join(outside), calls) if calls else None
-    return split
+def _invoke_split(open_: str, close: str, prefix: str) -> SplitFn:
+    return block_split(open_, close, lambda body, tools: invokes(body, tools, prefix))
 
 
 M_OPEN, M_CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from swiftbox.serving.toolformats.base import Split, ToolFormat, Tools, blocks, call, param_schema, typed
+from swiftbox.serving.toolformats.base import ToolFormat, Tools, call, param_schema, typed
 from swiftbox.serving.toolformats.hermes import CLOSE, OPEN
+from swiftbox.serving.toolformats.sections import SplitFn, block_split, one_call
 
 FUNC, FUNC_END, PARAM, PARAM_END = "<function=", "</function>", "<parameter=", "</parameter>"
 
@@ -50,18 +51,9 @@ def _one(body: str, tools: Tools) -> Optional[dict]:
     return call(name, args)
 
 
-def xml_split(open_: str, close: str):
+def xml_split(open_: str, close: str) -> SplitFn:
     """The split of `<function=..>` calls inside `open_ ... close` blocks."""
-    def split(text: str, tools: Tools) -> Optional[Split]:
-        bodies, outside, _ = blocks(text, open_, close)
-        calls = []
-        for body in bodies:
-            found = _one(body, tools)
-            if found is None:
-                return None
-            calls.append(found)
-        return ("".join(outside), calls) if calls else None
-    return split
+    return block_split(open_, close, one_call(_one))
 
 
 QWEN3_XML = ToolFormat("qwen3_xml", ("qwen3_xml", "qwen3_coder"), (OPEN,), xml_split(OPEN, CLOSE),
