@@ -108,3 +108,50 @@ def test_stop_ends_the_group_and_unregisters():
     assert gone_within(members, 5) == [] and child not in procs.alive()
     with pytest.raises(TypeError, match="preexec_fn"):
         procs.start(["true"], preexec_fn=lambda: None)
+
+
+LAUNCHER = """
+import os, sys
+from swiftbox.training.distributed.launch import run_and_tee
+run_and_tee(["sh", "-c", "echo torchrun $$; sleep 600 & wait"], dict(os.environ))   # a torchrun stand-in and its worker
+"""
+
+
+def start_launcher():
+    """A parent running distributed training's launcher (training/distributed/launch.py), its torchrun stand-in's
+    pid (read off the launcher's tee of its output) and the stand-in's process group (it and its 'worker')."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", LAUNCHER], stderr=subprocess.PIPE, text=True, env=env,
+                              start_new_session=True)
+    assert parent.stderr is not None
+    line = parent.stderr.readline()
+    assert line.startswith("torchrun "), line
+    torchrun = int(line.split()[1])
+    time.sleep(0.3)
+    members = group_members(torchrun)
+    assert torchrun in members and len(members) == 2, members
+    return parent, torchrun, members
+
+
+def test_torchrun_dies_with_a_killed_launcher():
+    parent, torchrun, members = start_launcher()
+    try:
+        parent.kill()
+        parent.wait(timeout=30)
+        assert gone_within([torchrun], 10) == []        # torchrun itself then stops its workers (SIGTERM)
+    finally:
+        for pid in members:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_in_the_launcher_stops_torchrun_and_its_workers():
+    parent, torchrun, members = start_launcher()
+    try:
+        parent.send_signal(signal.SIGINT)               # KeyboardInterrupt in the launcher, only there (own session)
+        parent.wait(timeout=60)
+        assert gone_within(members, 10) == []
+    finally:
+        for pid in members:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -237,10 +237,16 @@ def write_spec(path: Path, cfg: StepBase, ctx: StepContext, *, pipeline: str) ->
 
 
 def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[str]]:
-    """Run argv, echo its output to our stderr as it comes, and keep the last `keep` lines."""
+    """Run argv, echo its output to our stderr as it comes, and keep the last `keep` lines.
+
+    torchrun is started through swiftbox/procs.py, the one process helper: in its own session, dying with this
+    process (the kernel's parent-death signal, even when swiftbox is SIGKILLed; torchrun then stops its workers),
+    and stopped with its whole process group when swiftbox stops early (Ctrl-C, SIGTERM, an exception)."""
+    from swiftbox import procs
+
     tail: collections.deque = collections.deque(maxlen=keep)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", bufsize=1)
+    proc = procs.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       errors="replace", bufsize=1)
 
     def pump() -> None:
         for line in proc.stdout or ():
@@ -251,13 +257,10 @@ def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[
     reader.start()
     try:
         returncode = proc.wait()
-    except BaseException:  # Ctrl-C: torchrun got the signal too; give it time to stop its workers
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    except BaseException:  # Ctrl-C / SIGTERM reach only us: SIGTERM to torchrun's group, SIGKILL after 60 s
+        procs.stop(proc, grace=60)
         raise
+    procs.stop(proc)       # torchrun is done: a worker it left in its group goes too; unregistered
     reader.join(timeout=10)
     return returncode, list(tail)
 
