@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from swiftbox import quant_methods
+from swiftbox import quant_methods, template_switches
 from swiftbox.device.devices import DevicesField
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
@@ -264,7 +264,37 @@ class TrainBase(StepBase):
         return value
 
 
-class SftStep(TrainBase):
+class TemplateSwitches(Strict):
+    """`chat_template_kwargs` of the steps that render conversations with the chat template (sft and the preference
+    steps): the switches every row of the dataset renders with; a row's own `chat_template_kwargs` win over them."""
+
+    chat_template_kwargs: Optional[dict[str, Any]] = Field(
+        None, description="chat-template switches for every row, as JSON: '{\"enable_thinking\": false}' (the ones "
+        "the server takes: " + ", ".join(template_switches.SWITCHES) + "); a row's own chat_template_kwargs win")
+
+    @field_validator("chat_template_kwargs", mode="before")
+    @classmethod
+    def _switches(cls, value: Any) -> Any:
+        """A JSON object (the CLI flag, --set) or a mapping (recipe, API), checked against the allow-list."""
+        if isinstance(value, list) and len(value) == 1:      # the CLI flag: one JSON text
+            value = value[0]
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ValueError("expected a JSON object of template switches, e.g. "
+                                 "'{\"enable_thinking\": false}'") from None
+        if value is None:
+            return None
+        bad = template_switches.fault(value)
+        if bad is not None:
+            raise ValueError(f"{bad[0]}: {bad[1]}" if bad[0] else bad[1])
+        return dict(value)
+
+
+class SftStep(TemplateSwitches, TrainBase):
     """supervised fine-tuning: LoRA / QLoRA / DoRA / full"""
 
     packing: Optional[bool] = Field(None, description="padding-free packing of samples; default: the device's "
@@ -299,7 +329,7 @@ DpoLoss = Literal["sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "
 DPO_LOSSES: tuple[str, ...] = get_args(DpoLoss)
 
 
-class DpoStep(TrainBase):
+class DpoStep(TemplateSwitches, TrainBase):
     """preference alignment with DPO"""
 
     beta: float = Field(0.1, gt=0, le=100, description="DPO temperature")
@@ -320,7 +350,7 @@ class DpoStep(TrainBase):
         return ",".join(types)
 
 
-class KtoStep(TrainBase):
+class KtoStep(TemplateSwitches, TrainBase):
     """unpaired preference alignment with KTO (prompt + completion + good/bad label)"""
 
     beta: float = Field(0.1, gt=0, le=100, description="KTO temperature (deviation from the reference model)")
@@ -332,7 +362,7 @@ class KtoStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
-class OrpoStep(TrainBase):
+class OrpoStep(TemplateSwitches, TrainBase):
     """preference alignment with ORPO (SFT + odds ratio, no reference model)"""
 
     beta: float = Field(0.1, gt=0, le=100, description="ORPO lambda: weight of the odds-ratio term beside the SFT loss")
@@ -340,7 +370,7 @@ class OrpoStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
-class SimpoStep(TrainBase):
+class SimpoStep(TemplateSwitches, TrainBase):
     """preference alignment with SimPO (length-normalised reward margin, no reference model)"""
 
     beta: float = Field(2.0, gt=0, le=100, description="SimPO beta: scale of the length-normalised reward")
@@ -351,7 +381,7 @@ class SimpoStep(TrainBase):
     epochs: float = Field(1, gt=0, le=100_000, description="passes over the data")
 
 
-class RmStep(TrainBase):
+class RmStep(TemplateSwitches, TrainBase):
     """reward model from preference pairs (a sequence-classification head that scores texts, for GRPO)"""
 
     center_rewards: Optional[float] = Field(None, ge=0, le=100, description="weight of a penalty that keeps rewards "

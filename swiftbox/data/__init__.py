@@ -39,6 +39,7 @@ from swiftbox.data.formats import (
     grpo_row,
     kto_row,
     sft_row,
+    with_switches,
 )
 from swiftbox.data.progress import each
 from swiftbox.data.reading import MAX_ROW_CHARS, read_file, read_rows, split_spec
@@ -51,7 +52,7 @@ __all__ = ["Counts", "Encoded", "dpo_strings", "encode", "fit", "kto_strings", "
            "preference_ids",
            "DPO_FORMATS", "KTO_FORMATS", "GRPO_FORMATS", "SFT_FORMATS", "dpo_row", "kto_row", "grpo_row", "sft_row",
            "MAX_ROW_CHARS", "read_file", "read_rows", "split_spec", "locate", "render", "use_chat_template", "load_sft",
-           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts", "stream_sft",
+           "load_dpo", "load_kto", "load_grpo", "load_eval", "load_texts", "stream_sft", "with_switches",
            "text_files"]
 
 Dataset = Union[str, list[str]]
@@ -138,11 +139,13 @@ def load_texts(path: Union[str, Path]) -> list[str]:
 
 
 def stream_sft(dataset: Dataset, tokenizer, max_length: int, *, counts: Counts,
-               max_row_chars: int = MAX_ROW_CHARS) -> Iterator[dict]:
+               max_row_chars: int = MAX_ROW_CHARS, switches: Optional[dict] = None) -> Iterator[dict]:
     """SFT rows read lazily from jsonl, normalised and tokenized one at a time ({input_ids, labels}); `counts`
-    adds up the rows seen, truncated and dropped. (training.streaming shuffles them in a buffer.)"""
+    adds up the rows seen, truncated and dropped; `switches`: the step's chat_template_kwargs (formats.with_switches).
+    (training.streaming shuffles them in a buffer.)"""
     for item in stream_rows(dataset, max_row_chars):
-        done, row_counts = tokenize_sft(_normalise([item], sft_row, SFT_FORMATS, "SFT"), tokenizer, max_length)
+        rows = with_switches(_normalise([item], sft_row, SFT_FORMATS, "SFT"), switches)
+        done, row_counts = tokenize_sft(rows, tokenizer, max_length)
         counts.rows += row_counts.rows
         counts.truncated += row_counts.truncated
         counts.dropped += row_counts.dropped

@@ -8,7 +8,7 @@ SFT rows -> {"messages": [...], "tools": [...]?}. Accepted:
 - content as a string or as typed parts: OpenAI text parts, Anthropic blocks (`text`, `thinking`, `tool_use` ->
   a tool call, `tool_result` -> a tool turn), Mistral chunks (`text`, `thinking` -> reasoning).
 - any row may set the chat template's switches for its conversation: `chat_template_kwargs` (`enable_thinking`,
-  `reasoning_effort`, ... - data/template_kwargs.py, the list the server takes too); training renders with them.
+  `reasoning_effort`, ... - swiftbox/template_switches.py, the list the server takes too); training renders with them.
 - ShareGPT / LLaMA-Factory: `conversations` of {from, value}; `function_call` and `observation` turns,
   row `system` and `tools`; ms-swift's `conversation` of {human, assistant} pairs.
 - alpaca (`instruction`/`input`/`output`, `system`, `history`); `query`/`response` with ms-swift's column
@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from swiftbox.data import template_kwargs
+from swiftbox import template_switches as template_kwargs
 
 SFT_FORMATS = ("messages", "conversations/from/value (ShareGPT)", "conversation/human/assistant (ms-swift)",
                "instruction/input/output (alpaca)", "query/response (or an alias: question/answer, problem/solution)",
@@ -262,7 +262,7 @@ def _question(row: dict) -> str:
 
 def _with_tools(row: dict, out: dict) -> dict:
     """`out` plus the row's tool schemas and its chat-template switches (`chat_template_kwargs`, checked against
-    data.template_kwargs: an unknown or ill-typed switch is bad input naming it)."""
+    swiftbox.template_switches: an unknown or ill-typed switch is bad input naming it)."""
     tools = tools_of(row)
     if tools:
         out["tools"] = tools
@@ -270,6 +270,14 @@ def _with_tools(row: dict, out: dict) -> dict:
     if switches:
         out["chat_template_kwargs"] = switches
     return out
+
+
+def with_switches(rows: list[dict], switches: Optional[dict]) -> list[dict]:
+    """Normalised rows with a step's `chat_template_kwargs` as the defaults of their own (a row's own switches win):
+    every row then renders - for training and for its generation prompt - with the same switches."""
+    if not switches:
+        return rows
+    return [dict(row, chat_template_kwargs={**switches, **(row.get("chat_template_kwargs") or {})}) for row in rows]
 
 
 def _conversation(row: dict) -> list[dict] | None:

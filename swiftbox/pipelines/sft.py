@@ -42,8 +42,11 @@ class SftFlow(TrainingFlow[SftStep]):
         from swiftbox import data
 
         cfg = self.cfg
-        self.rows = [] if cfg.streaming else data.load_sft(cfg.dataset, cfg.seed, cfg.max_row_chars)
-        self.eval_rows = data.load_sft(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
+        switches = cfg.chat_template_kwargs               # the step's template switches: every row's defaults
+        self.rows = [] if cfg.streaming else data.with_switches(data.load_sft(cfg.dataset, cfg.seed,
+                                                                              cfg.max_row_chars), switches)
+        self.eval_rows = data.with_switches(data.load_sft(cfg.eval_dataset, cfg.seed, cfg.max_row_chars),
+                                            switches) if cfg.eval_dataset else None
 
     def prepare(self, tm: TrainModel) -> None:
         from swiftbox import data
@@ -62,7 +65,8 @@ class SftFlow(TrainingFlow[SftStep]):
         self.train, self.counts = train, counts
         self.evals = data.tokenize_sft(self.eval_rows, tm.tokenizer, cfg.max_length)[0] if self.eval_rows else None
         maybe_eva(cfg, tm, lambda: data.stream_sft(cfg.dataset, tm.tokenizer, cfg.max_length, counts=data.Counts(),
-                                                   max_row_chars=cfg.max_row_chars) if cfg.streaming else train, log)
+                                                   max_row_chars=cfg.max_row_chars,
+                                                   switches=cfg.chat_template_kwargs) if cfg.streaming else train, log)
         self.how = describe_batching(cfg, self.ctx.platform, model_type(tm.model))
 
     def progress_title(self) -> str:
@@ -136,7 +140,8 @@ def _streamed(cfg: SftStep, tokenizer: Any) -> tuple[Any, Any]:
     counts = data.Counts()
 
     def make():
-        return data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, counts=counts, max_row_chars=cfg.max_row_chars)
+        return data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, counts=counts, max_row_chars=cfg.max_row_chars,
+                               switches=cfg.chat_template_kwargs)
 
     if next(data.stream_sft(cfg.dataset, tokenizer, cfg.max_length, counts=data.Counts(),
                             max_row_chars=cfg.max_row_chars), None) is None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from swiftbox.data.template_kwargs import SWITCHES, Check, fault, text
 from swiftbox.serving.errors import ApiError
+from swiftbox.template_switches import SWITCHES, Check, fault, text
 
 MAX_TEMPLATE_CHARS = 256 * 1024
 
 
-# the switches themselves live with the data (data/template_kwargs.py): training rows take the same ones
+# the switches themselves live with the step contract (swiftbox/template_switches.py): training takes the same ones
 ALLOWED: dict[str, Check] = {**SWITCHES, "chat_template": text(MAX_TEMPLATE_CHARS)}   # the client's own template:
 # only on a trusting server
 

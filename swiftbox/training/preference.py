@@ -61,13 +61,15 @@ class PreferenceFlow(TrainingFlow[TrainBase]):
 
         cfg, method = self.cfg, self.method
         load = data.load_kto if method.unpaired else data.load_dpo
-        rows = load(cfg.dataset, cfg.seed, cfg.max_row_chars)
+        switches = getattr(cfg, "chat_template_kwargs", None)     # the step's template switches: every row's defaults
+        rows = data.with_switches(load(cfg.dataset, cfg.seed, cfg.max_row_chars), switches)
         if method.unpaired and len({r["label"] for r in rows}) < 2:
             raise UserError(f"dataset {cfg.dataset}: KTO needs both good (label true) and bad (label false) rows; "
                             f"every row is {rows[0]['label'] if rows else 'missing'}")
         check_preference_rows(method.kind, cfg.dataset, rows, method.unpaired, log)   # before the model loads
         self.rows = rows
-        self.eval_rows = load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars) if cfg.eval_dataset else None
+        self.eval_rows = data.with_switches(load(cfg.eval_dataset, cfg.seed, cfg.max_row_chars),
+                                            switches) if cfg.eval_dataset else None
 
     def prepare(self, tm: TrainModel) -> None:
         from swiftbox import data

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "quant_methods", "procs", "modeling.adapter_file")),
     # llama.cpp's tools: low, since doctor (device) and verify read them; the rest of export/ sits above the tools
     ("device", ("device", "export.llamacpp")),
-    ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog")),
+    ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog", "template_switches")),
     ("data", ("data",)),                                    # datasets: read, render, tokenize
     # what models exist: the presets, and the committed toy with what builds and measures it (scoring)
     ("catalog", ("catalog",)),

@@ -20,6 +20,7 @@ from tests.support.family_table import (
     dpo_cases,
     generation_cases,
     reasoning_case,
+    reasoning_messages,
     replies,
     sft_case,
     tool_cases,
@@ -210,3 +211,59 @@ def test_a_marked_turn_loses_only_the_header_the_generation_prompt_holds(tok):
     turns = [TURNS[0], dict(TURNS[1], reasoning_content="Think first.")]
     assert replies(tok, turns) == ["<think>Think first.</think>Hello.</assistant>"]
     assert replies(tok, TURNS[:2]) == ["Hello.</assistant>"]
+
+
+# -- issue 42: the step's chat_template_kwargs (recipe key, --chat-template-kwargs JSON) --------------------------
+DSV4 = "deepseek-ai-DeepSeek-V4"
+THINKING = '{"thinking": true}'
+
+
+def _step_rows(kind: str, flag: str, rows: list[dict]) -> list[dict]:
+    """The rows as the step's pipeline reads them: the switches parsed from the CLI flag by the step's schema."""
+    from swiftbox.cli import _settings_from_args, build_parser
+    from swiftbox.steps import STEP_TYPES
+
+    args = build_parser().parse_args([kind, "--dataset", "x.jsonl", "--chat-template-kwargs", flag])
+    cfg = STEP_TYPES[kind].model_validate(_settings_from_args(args, STEP_TYPES[kind]))
+    return data.with_switches(rows, cfg.chat_template_kwargs)
+
+
+def test_the_steps_template_switches_change_what_sft_trains_on(tok):
+    """DeepSeek-V4 prints a reply's reasoning only with `thinking`: the step's switch makes the last reply's
+    reasoning train, after the generation prompt the model gets with the same switch; a row's own switch wins."""
+    from swiftbox.data.formats import sft_row
+
+    use(tok, DSV4)
+    row = sft_row({"messages": reasoning_messages()})
+    (plain,), _ = data.tokenize_sft([row], tok, 4096)
+    (think,), _ = data.tokenize_sft(_step_rows("sft", THINKING, [row]), tok, 4096)
+    assert "Think Bye." not in tok.decode(plain["input_ids"])
+    assert tok.decode(think["input_ids"]).endswith("<think>Think Bye.</think>Bye.<｜end▁of▁sentence｜>")
+    labels = tok.decode([t for t in think["labels"] if t != -100])
+    assert labels.endswith("Think Bye.</think>Bye.<｜end▁of▁sentence｜>")
+    last = max(i for i, t in enumerate(think["labels"]) if t == -100)
+    prompt = data.render(tok, TURNS[:3], generation_prompt=True, thinking=True)
+    assert prompt.endswith("<think>") and tok.decode(think["input_ids"][:last + 1]) == prompt
+    own = sft_row({"messages": reasoning_messages(), "chat_template_kwargs": {"thinking": False}})
+    (kept,), _ = data.tokenize_sft(_step_rows("sft", THINKING, [own]), tok, 4096)
+    assert kept["input_ids"] == plain["input_ids"]
+
+
+def test_the_steps_template_switches_reach_the_dpo_prompt(tok):
+    use(tok, DSV4)
+    row = {"prompt": TURNS[:3], "chosen": [{"role": "assistant", "content": "Bye."}],
+           "rejected": [{"role": "assistant", "content": "No."}]}
+    (plain,), _ = data.dpo_strings([row], tok, 4096)
+    (think,), _ = data.dpo_strings(_step_rows("dpo", THINKING, [row]), tok, 4096)
+    assert plain["prompt"].endswith("</think>") and think["prompt"].endswith("<think>")
+    assert think["prompt"] == data.render(tok, TURNS[:3], generation_prompt=True, thinking=True)
+
+
+@pytest.mark.parametrize("flag,why", [('{"enable_thinking": "no"}', "enable_thinking: expected true or false"),
+                                      ('{"tokenize": true}', "tokenize: not a template switch"),
+                                      ("thinking=true", "expected a JSON object")])
+def test_a_step_switch_no_template_takes_is_refused_naming_it(flag, why):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=why):
+        _step_rows("sft", flag, [])

@@ -1,5 +1,7 @@
 """The chat-template switches a conversation may set (`chat_template_kwargs`): one allow-list, each switch with its
-type, for the server's requests (serving/template_kwargs.py adds the client's own template) and for training rows.
+type, for the server's requests (serving/template_kwargs.py adds the client's own template), for training rows and for
+the training steps' `chat_template_kwargs` (steps.py: the defaults of every row of the step). It sits with the step
+contract, below the data layer, so the schema refuses a bad switch before any step runs.
 
 Only the switches the preset families' templates read (tests/fixtures/templates) are taken: a key a template does not
 read would be silently ignored by it, and a key such as `messages`, `tools`, `add_generation_prompt`, `tokenize` would
