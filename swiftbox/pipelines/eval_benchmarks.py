@@ -44,6 +44,8 @@ def check_benchmarks(cfg: EvalStep, input: Optional[str] = None) -> None:
         raise UserError("eval: give either benchmark: (standard benchmarks) or dataset:/perplexity: (your own "
                         "files), in separate steps")
     locate_all(cfg)
+    if not (cfg.url or input or cfg.compare):
+        raise UserError("eval: no model to evaluate: give a model, compare: models or a url:")
     if cfg.url and cfg.api == "chat":
         needy = [b.name for b in catalog.resolve(cfg.benchmark or []) if b.loglikelihood]
         if needy:
@@ -70,9 +72,7 @@ def server_key(cfg: EvalStep) -> Optional[str]:
 def run_benchmarks(cfg: EvalStep, ctx: StepContext) -> StepResult:
     datas = locate_all(cfg)
     refs: list[Optional[str]] = ([None] if cfg.url else []) + ([ctx.input] if ctx.input and not cfg.url else [])
-    refs += list(cfg.compare or [])
-    if not refs:
-        raise UserError("eval: no model to evaluate: give a model, compare: models or a url:")
+    refs += list(cfg.compare or [])     # not empty: check_benchmarks refused that
     labels = _labels([cfg.url or "" if r is None else r for r in refs])
     shipped = not cfg.data_dir and not cfg.benchmark_data
     if shipped:

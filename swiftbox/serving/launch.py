@@ -2,7 +2,9 @@
 the API key and exposure rule, and `open_backend` (loads the model for the built-in engine, or starts vLLM).
 
 The serve step (swiftbox/pipelines/serve.py), the chat step and verify's served link all open their engine
-here. The pre-deploy gate (files + engine fit, swiftbox.verify.startup_gate) runs before this, in the step.
+here. The engine choice (`pick_engine`), the exposure rule and the pre-deploy gate (files + engine fit,
+swiftbox.verify.startup_gate) run in the serve / chat step's check, before any output exists; `open_backend` gets
+the engine it picked.
 
 Exposure: the key comes from `api_key`, `api_key_file` or $SWIFTBOX_API_KEY; a non-loopback host without
 one is refused unless both `insecure_no_auth` and `expose_without_auth` are set (docs/serving.md, "Threat model").

@@ -57,6 +57,18 @@ def static_checks(report: Report, artifact: str, engine: str, platform, probe: l
     return spec if weights_ok and tok is not None else None
 
 
+def check_arguments(artifact: str, engine: str, dtype: str) -> None:
+    """The gate's refusals of its arguments (exit 2), before anything is loaded: the verify step's check and
+    `verify()` both call it."""
+    if engine not in ENGINES:
+        raise UserError(f"verify --engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    if not artifact or (not Path(artifact).exists() and artifact != "toy"):
+        raise UserError(f"verify: {artifact or 'no artifact'} does not exist; pass a model, adapter, merged or "
+                        "quantized directory")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"verify --dtype: expected auto, float32, bfloat16 or float16, got {dtype!r}")
+
+
 def verify(artifact: str, *, engine: str = "builtin", against: str | None = None, device: str | None = None,
            dtype: str = "auto", serve: bool = True, probe: Sequence | None = None, platform=None) -> Report:
     """Run the whole gate on `artifact` (a model, adapter, merged or quantized directory)."""
@@ -64,13 +76,8 @@ def verify(artifact: str, *, engine: str = "builtin", against: str | None = None
     from swiftbox.device import current_platform
     from swiftbox.verify import chain
 
-    if engine not in ENGINES:
-        raise UserError(f"verify --engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    if not Path(artifact).exists() and artifact != "toy":
-        raise UserError(f"verify: {artifact} does not exist; pass a model, adapter, merged or quantized directory")
+    check_arguments(artifact, engine, dtype)
     platform = platform or current_platform(device)
-    if dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise UserError(f"verify --dtype: expected auto, float32, bfloat16 or float16, got {dtype!r}")
     items = list(probe) if probe is not None else P.default_probe()
     from swiftbox.verify import gguf
 
@@ -177,7 +184,7 @@ def verify_cli(artifact: str, extra_args: Sequence[str]) -> int:
     return 0 if report.ok else 1
 
 
-__all__ = ["Check", "Report", "startup_gate", "verify", "verify_cli"]
+__all__ = ["Check", "Report", "check_arguments", "startup_gate", "verify", "verify_cli"]
 
 
 class _CallableModule(types.ModuleType):
