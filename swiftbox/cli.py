@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICKSTARTS = {"toy": "quickstart.yaml", "smollm2-135m-instruct": "real-smollm2.yaml"}   # quickstart --model
 PASSTHROUGH = {"test": "pytest_args", "bench": "bench_args", "parity": "parity_args",  # take unknown flags
                "compare": "compare_args", "precision": "precision_args", "verify": "verify_args"}
-ALIASES = {"output": ["--out"], "engine": ["--backend"]}
+ALIASES = {"output": ["--out"]}
 DEVICE_HELP = " | ".join(DEVICE_CHOICES)
 
 

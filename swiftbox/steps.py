@@ -692,8 +692,7 @@ class VerifyStep(StepBase):
 class ServeStep(StepBase):
     """OpenAI-compatible server (built-in engine or vLLM)"""
 
-    engine: Literal["auto", "builtin", "vllm"] = Field("auto", alias="backend", description="auto picks vLLM where it "
-                                                                                            "runs")
+    engine: Literal["auto", "builtin", "vllm"] = Field("auto", description="auto picks vLLM where it runs")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 exposes the server (needs an API key)")
     port: int = Field(8000, ge=0, le=65535)
     api_key: Optional[str] = Field(None, description="required on every route but /health; prefer SWIFTBOX_API_KEY "
@@ -738,6 +737,14 @@ class ServeStep(StepBase):
                               description="smoke: the question the openai client asks")
     startup_timeout: int = Field(900, ge=1, le=86400,
                                  description="vLLM engine: seconds to wait for the child to be healthy")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "backend" in data:    # an old undocumented spelling: refused, not guessed
+            raise ValueError("backend: not a serve setting; the engine is chosen with engine: auto|builtin|vllm "
+                             "(--engine)")
+        return data
 
     @field_validator("adapters", mode="before")
     @classmethod

@@ -104,7 +104,7 @@ def check(cfg: PtStep, platform: Platform, input: str) -> None:
     """sft's refusals, and a dataset that is no raw text (missing, or not .txt / .jsonl) before any output."""
     from swiftbox.data import texts
 
-    check_training(cfg, platform, input)
+    check_training(cfg, platform, input, row_files=False)
     texts.text_files(cfg.dataset)
     if cfg.eval_dataset:
         texts.text_files(cfg.eval_dataset)

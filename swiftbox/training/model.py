@@ -51,10 +51,12 @@ def dtype_plan(cfg: TrainBase, ctx: StepContext) -> DtypePlan:
     return dtype_policy.training(ctx.platform, cfg.dtype, full=cfg.method == "full")
 
 
-def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_head: bool = False) -> None:
+def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_head: bool = False,
+                   row_files: bool = True) -> None:
     """The training pipelines' `check`: refuse a method this platform cannot run (QLoRA on NPU: exit 3
-    naming LoRA), the distributed combinations known not to work, trackers not installed (report_to), and an input
-    this step cannot train (`trainable_input`), before any output or torchrun start. An adapter no engine will
+    naming LoRA), the distributed combinations known not to work, trackers not installed (report_to), an input
+    this step cannot train (`trainable_input`) and a dataset file that is not there, before any output or torchrun
+    start. An adapter no engine will
     serve attached (rank above the runtime cap) is trained, with one line saying so."""
     import sys
 
@@ -70,6 +72,21 @@ def check_training(cfg: TrainBase, platform: Platform, input: str, *, reward_hea
     check_distributed(cfg, platform)
     tracking.check(cfg, platform)
     trainable_input(input, cfg, platform, reward_head=reward_head)
+    if row_files and not getattr(cfg, "streaming", False):   # pt reads text files, streaming sft checks its own
+        dataset_files(cfg)
+
+
+def dataset_files(cfg: TrainBase) -> None:
+    """Every row file `dataset` / `eval_dataset` names exists (exit 2 before any output; the rows themselves are
+    read, and a bad one refused, by the flow's `read`, before any weights load)."""
+    from swiftbox.data.reading import split_spec
+
+    for name in ("dataset", "eval_dataset"):
+        value = getattr(cfg, name)
+        for spec in [value] if isinstance(value, str) else value or []:
+            path, _ = split_spec(spec)
+            if not path.is_file():
+                raise UserError(f"{name} {path}: file not found; expected a .jsonl, .json or .parquet file")
 
 
 def trainable_input(ref: str, cfg: TrainBase, platform: Platform, *, reward_head: bool = False) -> ModelSpec:

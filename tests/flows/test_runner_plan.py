@@ -142,3 +142,21 @@ def test_serve_picks_and_gates_its_engine_once_in_check(tmp_path, monkeypatch, c
                      runs_root=tmp_path, device="cpu")
     assert calls == {"pick": 1, "gate": 1, "exposure": 1}
     assert entry["metrics"]["engine"] == "builtin"
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo", "grpo"])
+def test_a_dataset_file_that_is_not_there_is_refused_in_check(kind, tmp_path, no_output_written):
+    with pytest.raises(SwiftboxError, match="missing.jsonl: file not found") as refused:
+        run_step(kind, {"model": "toy", "dataset": str(tmp_path / "missing.jsonl")}, runs_root=tmp_path,
+                 device="cpu")
+    assert refused.value.exit_code == 2
+
+
+def test_serve_backend_is_refused_naming_engine():
+    """`backend` was an undocumented second name of serve's `engine`: refused in one line naming `engine`."""
+    from swiftbox.errors import UserError
+    from swiftbox.recipe import load_recipe
+
+    with pytest.raises(UserError, match=r"backend: not a serve setting.*engine: auto\|builtin\|vllm") as refused:
+        load_recipe({"name": "r", "model": "toy", "steps": [{"serve": {"backend": "vllm"}}]})
+    assert "\n" not in str(refused.value)
