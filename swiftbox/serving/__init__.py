@@ -3,7 +3,8 @@
 Laid out like vLLM's entrypoints: one folder per API family (its pydantic request and response models, its thin
 route, how its answer is rendered onto the wire), all over one typed engine seam.
 
-    openai/        chat and text completions: protocol.py, routes.py, render.py (bodies + SSE), logprobs.py
+    openai/        chat and text completions: protocol.py, routes.py, render.py (bodies + SSE), logprobs.py,
+                   read.py (an OpenAI answer read back: JSON -> Output, SSE -> typed events)
     anthropic/     Messages: protocol.py, translate.py (onto the chat request), route.py, render.py (SSE events)
     responses/     Responses: protocol.py, translate.py, store.py (previous_response_id, GET, DELETE,
                    input_items), route.py, render.py (the Response object + its typed events)
@@ -13,9 +14,10 @@ route, how its answer is rendered onto the wire), all over one typed engine seam
     protocol.py    the shared bodies (ResponseBody, Usage, model list, health, adapter admin requests, raw_body)
     errors.py      the error shapes (OpenAI's, Anthropic's)      render.py  shared body pieces (SSE, ids, models)
     backend.py     the Backend protocol: what every engine offers the routes
+    events.py      the typed engine event stream (text / reasoning / tool-call deltas, token logprobs, finish,
+                   usage): what an engine produces for one request; every family renders it in its wire format
     answer.py      Output: one finished choice, engine-neutral (every family renders from it)
     onto_chat.py   what the Messages / Responses translations share on their way onto the chat request
-    chat_answer.py the chat answer read back (JSON or SSE) for the translated families
     builtin/       the built-in engine: backend.py (requests -> engine), engine.py (the scheduler thread),
                    prefill.py, sampling.py, constrained.py, adapter_slots.py, textstream.py
     vllm/          the vLLM engine: plan.py (the `vllm serve` command), child.py (child process + relay)
@@ -38,8 +40,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from swiftbox.serving.fit import artifact_problems
     from swiftbox.serving.engine_choice import decide_engine, record_path, save_record
+    from swiftbox.serving.fit import artifact_problems
     from swiftbox.serving.remote import Remote, RemoteError
 
 # the public surface (`__all__`, what bench/ and menus/ may import; tests/unit/test_layers.py holds them to it),

@@ -8,7 +8,7 @@ launch.open_backend assigns them to a `Backend`, so a method an engine lacks fai
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, AsyncIterator, Optional, Protocol
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
+    from swiftbox.serving.events import Event
     from swiftbox.serving.metrics import EngineStats, ServeMetrics
     from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -46,6 +47,12 @@ class Backend(Protocol):
         ...
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response: ...
+
+    async def chat_events(self, req: ChatCompletionRequest, request: Request) -> AsyncIterator[Event]:
+        """The answer to a chat request as the typed engine event stream (events.py), for the API families that
+        render it in their own wire format (anthropic/, responses/); the request's checks raise (ApiError) here,
+        before any event."""
+        ...
 
     async def native(self, path: str, request: Request, stream: bool) -> Optional[Response]:
         """The engine's own answer to `path` (/v1/messages, /v1/messages/count_tokens, /v1/responses) where it

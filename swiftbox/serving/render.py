@@ -1,11 +1,15 @@
 """The body pieces every API family shares: one SSE event (plain, or with an event name as Anthropic's and the
 Responses API's streams carry), ids in the Anthropic / Responses style, and the bodies of the shared routes
-(the model list, a model card, health)."""
+(the model list, a model card, health); `rendered`, the typed engine events of a chat answer streamed in a
+translated family's wire format (anthropic/render.py, responses/render.py)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Union
 
 from swiftbox.serving.protocol import Health, ListedModel, ModelCard, ModelList, ResponseBody, now
+
+if TYPE_CHECKING:
+    from swiftbox.serving.events import Event
 
 
 def sse(body: Union[ResponseBody, dict[str, Any]], exclude: Optional[set[str]] = None) -> str:
@@ -45,3 +49,32 @@ def named_event(name: str, body: dict[str, Any]) -> str:
     import json
 
     return f"event: {name}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def rendered(bodies: Any, events: AsyncIterator[Event], on_end: Optional[Callable[[list], None]] = None
+                   ) -> AsyncIterator[str]:
+    """A chat answer's typed events as a family's SSE events: `bodies` (anthropic MessagesBuilder / responses
+    ResponsesBuilder) opens the stream, renders each event (`feed`) and closes it with the usage (`end`);
+    `on_end(bodies.items)` once the answer is complete without a failure (the Responses store). The event stream
+    is closed however this one ends (a client gone mid-answer frees its sequences)."""
+    from swiftbox.serving.events import Done, Failed
+
+    try:
+        for out in bodies.start():
+            yield out
+        used, failed = None, False
+        async for event in events:
+            if isinstance(event, Done):
+                used = event.usage
+                continue
+            failed = failed or isinstance(event, Failed)
+            for out in bodies.feed(event):
+                yield out
+        for out in bodies.end(used):
+            yield out
+        if on_end is not None and not failed:
+            on_end(bodies.items)
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()

@@ -10,6 +10,7 @@ import pytest
 
 from swiftbox.serving.answer import Output
 from swiftbox.serving.errors import ApiError
+from swiftbox.serving.events import Finish, ToolCallDelta
 from swiftbox.serving.protocol import usage
 from swiftbox.serving.responses import translate
 from swiftbox.serving.responses.protocol import ResponsesRequest
@@ -71,8 +72,9 @@ def test_calls_go_back_with_their_namespace_whole_streamed_and_as_history():
     assert second["name"] == "exec_command" and "namespace" not in second
 
     stream = ResponsesBuilder("toy", {}, names)
-    events = stream.start() + stream.feed("tool", {"index": 0, "id": "call_1", "name": "multi_agent_v1__wait_agent"})
-    events += stream.feed("args", (0, "{}")) + stream.feed("finish", "tool_calls") + stream.end(usage(3, 4))
+    events = stream.start() + stream.feed(ToolCallDelta(0, 0, "call_1", "multi_agent_v1__wait_agent"))
+    events += stream.feed(ToolCallDelta(0, 0, arguments="{}")) + stream.feed(Finish(0, "tool_calls"))
+    events += stream.end(usage(3, 4))
     bodies = [json.loads(e.split("data: ", 1)[1]) for e in events]
     added = next(b for b in bodies if b["type"] == "response.output_item.added")["item"]
     done = next(b for b in bodies if b["type"] == "response.function_call_arguments.done")

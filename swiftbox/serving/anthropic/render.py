@@ -1,5 +1,5 @@
 """The bodies of Anthropic Messages (/v1/messages): the whole message and its SSE event sequence, built from the
-chat answer (an Output whole, or chat_answer.pieces streamed)."""
+chat answer (an Output whole, or the typed engine events streamed: events.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -9,6 +9,7 @@ from swiftbox.serving.render import named_event, uid
 
 if TYPE_CHECKING:
     from swiftbox.serving.answer import Output
+    from swiftbox.serving.events import Event
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -80,32 +81,33 @@ class MessagesBuilder:
         return named_event("content_block_delta", {"type": "content_block_delta", "index": self.index,
                                                    "delta": delta})
 
-    def feed(self, kind: str, value: Any) -> list[str]:
-        """The events for one piece of the chat answer (chat_answer.pieces)."""
+    def feed(self, event: Event) -> list[str]:
+        """The Messages events for one typed engine event (events.py) of the chat answer."""
+        from swiftbox.serving import events as ev
+
         out: list[str] = []
-        if kind == "reasoning":
+        if isinstance(event, ev.ReasoningDelta):
             if self.open != "thinking":
                 out += self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
-            out.append(self._delta({"type": "thinking_delta", "thinking": value}))
-        elif kind == "text":
+            out.append(self._delta({"type": "thinking_delta", "thinking": event.text}))
+        elif isinstance(event, ev.TextDelta):
             if self.open != "text":
                 out += self._begin("text", {"type": "text", "text": ""})
-            out.append(self._delta({"type": "text_delta", "text": value}))
-        elif kind == "tool":
-            out += self._begin("tool_use", {"type": "tool_use", "id": value["id"] or f"toolu_{value['index']}",
-                                            "name": value["name"] or "", "input": {}})
-            self.tools[value["index"]] = self.index
-        elif kind == "args":
-            index, text = value
-            if self.tools.get(index) == self.index and self.open == "tool_use":
-                out.append(self._delta({"type": "input_json_delta", "partial_json": text}))
-        elif kind == "finish":
-            self.reason = STOP_REASONS.get(value, "end_turn")
-        elif kind == "stop_sequence":
-            self.stop_sequence = value
-        elif kind == "error":
+            out.append(self._delta({"type": "text_delta", "text": event.text}))
+        elif isinstance(event, ev.ToolCallDelta):
+            if event.opens:
+                out += self._begin("tool_use", {"type": "tool_use", "id": event.id or f"toolu_{event.call}",
+                                                "name": event.name or "", "input": {}})
+                self.tools[event.call] = self.index
+            if event.arguments and self.tools.get(event.call) == self.index and self.open == "tool_use":
+                out.append(self._delta({"type": "input_json_delta", "partial_json": event.arguments}))
+        elif isinstance(event, ev.Finish):
+            self.reason = STOP_REASONS.get(event.reason, "end_turn")
+            if event.stop_sequence is not None:
+                self.stop_sequence = event.stop_sequence
+        elif isinstance(event, ev.Failed):
             out += self._close()
-            out.append(named_event("error", value.anthropic_body()))
+            out.append(named_event("error", event.error.anthropic_body()))
         return out
 
     def _stop_delta(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """POST /v1/messages and /v1/messages/count_tokens (Anthropic Messages API): validated by MessagesRequest,
 translated onto the chat request (translate.to_chat) and answered by the backend's chat path; the answer is shaped
-back by render.MessagesBuilder. Errors on these paths are in Anthropic's shape (errors.py). An engine with its own
-/v1/messages (vLLM) is handed the request as sent (Backend.native)."""
+back by render.MessagesBuilder (a stream: rendered from the typed engine events, events.py). Errors on these paths
+are in Anthropic's shape (errors.py). An engine with its own /v1/messages (vLLM) is handed the request as sent
+(Backend.native)."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,9 +15,10 @@ from swiftbox.serving import fields
 from swiftbox.serving.anthropic import translate
 from swiftbox.serving.anthropic.protocol import CountTokensRequest, MessagesRequest
 from swiftbox.serving.anthropic.render import MessagesBuilder
-from swiftbox.serving.chat_answer import event_stream, whole
 from swiftbox.serving.errors import ApiError
+from swiftbox.serving.openai.read import whole
 from swiftbox.serving.protocol import raw_body
+from swiftbox.serving.render import rendered
 from swiftbox.serving.routes import backend_of, check_model
 
 router = APIRouter()
@@ -52,12 +54,13 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         return relayed
     chat = translate.to_chat(body)
     bodies = MessagesBuilder(body.model)
-    answer = await backend.chat(chat, request)
     if not body.stream:
+        answer = await backend.chat(chat, request)
         if answer.status_code == 499:        # the client went away
             return answer
         return JSONResponse(bodies.message(*whole(answer)))
-    return StreamingResponse(event_stream(bodies, answer), media_type="text/event-stream",
+    events = await backend.chat_events(chat, request)
+    return StreamingResponse(rendered(bodies, events), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

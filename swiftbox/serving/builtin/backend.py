@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Optional, Union, cast
 
 from swiftbox.serving.answer import Output, output
 from swiftbox.serving.builtin.adapter_slots import AdapterGone, AdapterLoadError
@@ -24,8 +24,8 @@ from swiftbox.serving.builtin.sampling import SamplingParams
 from swiftbox.serving.builtin.textstream import TextStream
 from swiftbox.serving.errors import ApiError, context_exceeded, model_not_found, public_text, queue_full
 from swiftbox.serving.openai.logprobs import Entry, LogprobFormatter, PromptEntry
-from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest, DeltaMessage
-from swiftbox.serving.openai.render import DONE, ResponseBuilder, error_event
+from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
+from swiftbox.serving.openai.render import DONE, ChatChunks, ResponseBuilder, error_event
 from swiftbox.serving.protocol import Usage, usage
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
     from swiftbox.serving.builtin.engine import BuiltinEngine
+    from swiftbox.serving.events import Event
     from swiftbox.serving.metrics import ServeMetrics
 
 AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
@@ -296,6 +297,18 @@ class BuiltinBackend:
     # -- routes -----------------------------------------------------------------------------
     async def chat(self, req: ChatCompletionRequest, request: Request) -> Response:
         started = time.perf_counter()
+        prompt, params = await self._chat_input(req)
+        return await self._respond(req, prompt, params, request, chat=True, started=started)
+
+    async def chat_events(self, req: ChatCompletionRequest, request: Request) -> AsyncIterator[Event]:
+        """The answer as the typed event stream (what the Anthropic / Responses routes render); its checks (a
+        4xx) raise here, before any event."""
+        started = time.perf_counter()
+        prompt, params = await self._chat_input(req)
+        return Run(self, req, prompt, params, started=started).chat_events()
+
+    async def _chat_input(self, req: ChatCompletionRequest) -> tuple[list[int], SamplingParams]:
+        """The chat request's prompt ids and sampling settings, every check on the way (a 400 names the field)."""
         self.check_size(sum(len(m.text()) for m in req.messages), "messages")
         self.check_room(req.n)
         prompt = await asyncio.to_thread(self.chat_prompt, req)
@@ -308,7 +321,7 @@ class BuiltinBackend:
                                 "{\"enable_thinking\": false} where the template takes it, or use the vLLM engine (its "
                                 "reasoning parser applies the format after the reasoning)", param=param,
                            code="unsupported_field")
-        return await self._respond(req, prompt, params, request, chat=True, started=started)
+        return prompt, params
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:
         """One or more prompts (a batch: each prompt its own prefill and `n` rows, choices prompt-major)."""
@@ -331,7 +344,8 @@ class BuiltinBackend:
 
         run = Run(self, req, prompt, params, started=started)
         if req.stream:
-            return StreamingResponse(run.sse(chat), media_type="text/event-stream",
+            return StreamingResponse(run.chat_sse() if chat else run.completion_sse(),
+                                     media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         task = asyncio.ensure_future(run.whole(chat))
         try:
@@ -526,23 +540,20 @@ class Run:
                           logprobs=self.completion_logprobs(i, self.take_logprobs(i))) for i in range(self.count)]
         return self.bodies.completion(outputs, self.usage())
 
-    def _output(self, i: int, text: str, reason: Optional[str]) -> Output:
+    def _output(self, i: int, text: str, reason: Optional[str], logprobs: bool = True) -> Output:
         """Choice i's finished chat answer (tool calls and reasoning split out), with the logprobs of its tokens
-        since the last chunk."""
-        found = output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)))
+        since the last chunk (unless `logprobs` is False: a stream sent them as events already)."""
+        found = output(i, text, reason, self.parser, self.chat_logprobs(self.take_logprobs(i)) if logprobs else None)
         found.stop_reason = self.streams[i].matched
         if getattr(self.req, "parallel_tool_calls", None) is False:
             found.tool_calls = found.tool_calls[:1]
         return found
 
-    def _chunk(self, chat: bool, i: int, delta: Optional[str], reason: Optional[str], first: bool = False) -> str:
-        """One SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk (a
-        completion's text_offset counts from the characters already sent, as vLLM's stream does)."""
-        entries = [] if first else self.take_logprobs(i)
-        if chat:
-            d = DeltaMessage(role="assistant", content=delta or "") if first else DeltaMessage(content=delta or None)
-            return self.bodies.chat_chunk(i, d, reason, self.chat_logprobs(entries),
-                                          stop_reason=self.streams[i].matched if reason else None)
+    def _chunk(self, i: int, delta: Optional[str], reason: Optional[str]) -> str:
+        """One completion SSE chunk; it carries the logprobs of choice i's tokens received since the previous chunk
+        (its text_offset counts from the characters already sent, as vLLM's stream does). A chat stream is rendered
+        from the typed events instead (chat_sse)."""
+        entries = self.take_logprobs(i)
         logprobs = self.completion_logprobs(i, entries, self.offsets[i])
         self.offsets[i] += len(delta or "")
         return self.bodies.completion_chunk(i, delta or "", reason, logprobs)
@@ -552,33 +563,87 @@ class Run:
         if self.echoed[i] or not self.echoes[self.prompt_of(i)]:
             return None
         self.echoed[i] = True
-        return self._chunk(False, i, self.echoes[self.prompt_of(i)], None)
+        return self._chunk(i, self.echoes[self.prompt_of(i)], None)
 
-    def _parsed_chunks(self, i: int, delta: Optional[str], reason: Optional[str], held: list[str]) -> list[str]:
+    def _parsed_events(self, i: int, delta: Optional[str], reason: Optional[str], held: list[str]) -> list[Event]:
         """Choice i's answer read as it streams (toolformats' reader and its buffering rule): reasoning and content
-        deltas as they settle, tool calls as `tool_calls` deltas, then the finish (tool_calls where calls went out).
-        A parser without a stream reader (a plain text -> Parsed function) reads the whole answer at its end."""
+        deltas as they settle, each tool call opened then its arguments, then the finish (tool_calls where calls
+        went out). A parser without a stream reader (a plain text -> Parsed function) reads the whole answer at its
+        end: its calls go out whole."""
+        from swiftbox.serving.events import Finish, ReasoningDelta, TextDelta, ToolCallDelta
+
+        out: list[Event] = []
         if not hasattr(self.parser, "stream"):
             held[i] += delta or ""
-            return self.bodies.chat_output_chunks(self._output(i, held[i], reason)) if reason else []
+            if not reason:
+                return []
+            o = self._output(i, held[i], reason, logprobs=False)
+            if o.reasoning:
+                out.append(ReasoningDelta(i, o.reasoning))
+            if o.text:
+                out.append(TextDelta(i, o.text))
+            out += [ToolCallDelta(i, k, c["id"], c["function"]["name"], c["function"]["arguments"])
+                    for k, c in enumerate(o.tool_calls)]
+            return out + [Finish(i, o.finish_reason or reason, self.streams[i].matched)]
         reader = self.readers.get(i)
         if reader is None:
             reader = self.readers[i] = self.parser.stream()   # type: ignore[union-attr]
-        events = reader.feed(delta) if delta else []
+        found = reader.feed(delta) if delta else []
         if reason:
-            events += reader.finish()
+            found += reader.finish()
         if getattr(self.req, "parallel_tool_calls", None) is False:
-            events = first_call_only(events, self.calls_sent[i])
-        calls = sum(1 for kind, _ in events if kind == "call")
-        chunks = self.bodies.chat_event_chunks(i, events, self.calls_sent[i],
-                                               self.chat_logprobs(self.take_logprobs(i)) if events else None)
-        self.calls_sent[i] += calls
+            found = first_call_only(found, self.calls_sent[i])
+        for kind, value in found:
+            if kind == "reasoning":
+                out.append(ReasoningDelta(i, value))
+            elif kind == "text":
+                out.append(TextDelta(i, value))
+            else:
+                fn, call = value["function"], self.calls_sent[i]
+                out += [ToolCallDelta(i, call, value["id"], fn["name"]),
+                        ToolCallDelta(i, call, arguments=fn["arguments"])]
+                self.calls_sent[i] += 1
         if reason:
-            chunks.append(self._chunk(True, i, None, "tool_calls" if self.calls_sent[i] and reason == "stop"
-                                      else reason))
-        return chunks
+            out.append(Finish(i, "tool_calls" if self.calls_sent[i] and reason == "stop" else reason,
+                              self.streams[i].matched))
+        return out
 
-    async def sse(self, chat: bool):
+    async def chat_events(self) -> AsyncGenerator[Event, None]:
+        """This chat request's answer as the typed engine event stream (events.py): Started, then per choice its
+        tokens' logprobs (when asked), reasoning / text / tool-call deltas and its Finish, then Done with the
+        usage; a failure is a Failed event (at the start: the only event)."""
+        from swiftbox.serving.events import Done, Failed, Finish, Started, TextDelta
+
+        try:
+            self.start()
+        except ApiError as err:  # the queue filled between the check and the submit
+            yield Failed(err)
+            return
+        try:
+            yield Started(self.count)
+            held = [""] * self.count
+            try:
+                async for i, delta, reason in self.events():
+                    if self.want_logprobs:
+                        for token in self.fmt.events(i, cast(list[Entry], self.take_logprobs(i))):
+                            yield token
+                    if self.parser:      # tool calls / reasoning: read as the answer streams
+                        for event in self._parsed_events(i, delta, reason, held):
+                            yield event
+                        continue
+                    if delta:
+                        yield TextDelta(i, delta)
+                    if reason:
+                        yield Finish(i, reason, self.streams[i].matched)
+            except ApiError as err:
+                yield Failed(err)
+            yield Done(self.usage())
+        finally:
+            self.cancel()
+            self._observe_done()
+
+    async def completion_sse(self):
+        """A streamed text completion: the echoed prompt (when asked), text chunks, the usage chunk when asked."""
         try:
             self.start()
         except ApiError as err:  # the queue filled between the check and the submit
@@ -587,31 +652,38 @@ class Run:
             return
         try:
             for i in range(self.count):
-                if chat:
-                    yield self._chunk(chat, i, "", None, first=True)
-                elif not self.prompt_lp and (echoed := self._echo_chunk(i)):
+                if not self.prompt_lp and (echoed := self._echo_chunk(i)):
                     yield echoed
-            held = [""] * self.count
             try:
                 async for i, delta, reason in self.events():
-                    if not chat and (echoed := self._echo_chunk(i)):   # with logprobs: once the prompt's are in
+                    if echoed := self._echo_chunk(i):   # with logprobs: once the prompt's are in
                         yield echoed
                     if delta is None and reason is None:
                         continue
-                    if chat and self.parser:      # tool calls / reasoning: read as the answer streams
-                        for chunk in self._parsed_chunks(i, delta, reason, held):
-                            yield chunk
-                        continue
                     if delta and reason:
-                        yield self._chunk(chat, i, delta, None)
+                        yield self._chunk(i, delta, None)
                         delta = None
                     if delta or reason:
-                        yield self._chunk(chat, i, delta, reason)
+                        yield self._chunk(i, delta, reason)
             except ApiError as err:
                 yield error_event(err)
             if self.req.include_usage:
-                yield self.bodies.usage_chunk("chat" if chat else "completion", self.usage())
+                yield self.bodies.usage_chunk("completion", self.usage())
             yield DONE
         finally:
+            self.cancel()
+            self._observe_done()
+
+    async def chat_sse(self):
+        """A streamed chat answer: the typed events rendered as OpenAI chat chunks (openai/render.ChatChunks)."""
+        chunks = ChatChunks(self.bodies)
+        events = self.chat_events()
+        try:
+            async for event in events:
+                for chunk in chunks.feed(event):
+                    yield chunk
+            yield DONE
+        finally:
+            await events.aclose()
             self.cancel()
             self._observe_done()

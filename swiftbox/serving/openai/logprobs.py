@@ -1,7 +1,10 @@
 """Token logprobs in OpenAI's shapes (chat and text completions), whole or per stream chunk."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from swiftbox.serving.events import TokenLogprob
 
 FLOOR = -9999.0
 # (token id, (chosen logprob, [(top id, top logprob), ...])) per generated token
@@ -28,16 +31,15 @@ class LogprobFormatter:
             found = self._texts[token] = self.tokenizer.decode([token])
         return found
 
-    def _item(self, token: int, logprob: float) -> dict:
-        text = self.text(token)
-        return {"token": text, "logprob": max(logprob, FLOOR), "bytes": list(text.encode("utf-8"))}
-
     def chat(self, entries: list[Entry]) -> Optional[dict]:
-        if not entries:
-            return None
-        content = [{**self._item(token, lp), "top_logprobs": [self._item(t, v) for t, v in top]}
-                   for token, (lp, top) in entries]
-        return {"content": content, "refusal": None}
+        return chat_logprobs(self.events(0, entries))
+
+    def events(self, index: int, entries: Sequence[Entry]) -> list[TokenLogprob]:
+        """Choice `index`'s generated tokens as typed events (events.py), their texts decoded here."""
+        from swiftbox.serving.events import TokenLogprob
+
+        return [TokenLogprob(index, self.text(token), lp, tuple((self.text(t), v) for t, v in top))
+                for token, (lp, top) in entries]
 
     def completion(self, entries: Sequence[PromptEntry], offset: int) -> tuple[Optional[dict], int]:
         """The legacy shape, as vLLM writes it, and the text offset after these tokens (each token's offset is
@@ -63,3 +65,15 @@ class LogprobFormatter:
             offsets.append(offset)
             offset += len(text)
         return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}, offset
+
+
+def _item(text: str, logprob: float) -> dict:
+    return {"token": text, "logprob": max(logprob, FLOOR), "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(tokens: Sequence[TokenLogprob]) -> Optional[dict]:
+    """The chat shape of these tokens' logprobs (None: no token)."""
+    if not tokens:
+        return None
+    content = [{**_item(t.token, t.logprob), "top_logprobs": [_item(text, v) for text, v in t.top]} for t in tokens]
+    return {"content": content, "refusal": None}

@@ -3,7 +3,8 @@ engines never write a body by hand; they hand over what was generated.
 
 What an engine hands over is engine-neutral: one `Output` per choice (answer.py) plus the token `Usage`. A
 `ResponseBuilder` (one per request: id, created, model, whether the client asked for usage in the stream) turns
-those into the endpoint's body. Token logprobs are shaped by openai/logprobs.py.
+those into the endpoint's body; a streamed chat answer is rendered from the typed engine events (events.py) by
+`ChatChunks`. Token logprobs are shaped by openai/logprobs.py.
 
     rb = ResponseBuilder.start("chat", req.model, include_usage=req.include_usage)
     rb.chat([output(0, text, "stop", parser)], usage(12, 5))        # -> ChatCompletionResponse
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
+from swiftbox.serving.openai.logprobs import chat_logprobs
 from swiftbox.serving.openai.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -32,6 +34,7 @@ from swiftbox.serving.render import sse
 if TYPE_CHECKING:
     from swiftbox.serving.answer import Output
     from swiftbox.serving.errors import ApiError
+    from swiftbox.serving.events import Event, TokenLogprob
 
 Endpoint = Literal["chat", "completion"]
 DONE = "data: [DONE]\n\n"
@@ -79,48 +82,6 @@ class ResponseBuilder:
         body = ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[choice])
         return sse(body, self._stream_exclude())
 
-    def chat_output_chunks(self, o: Output) -> list[str]:
-        """A parsed answer streamed at its end: its text (and reasoning), its tool calls, then the finish."""
-        chunks = []
-        lp = o.logprobs
-        if o.text or o.reasoning:
-            chunks.append(self.chat_chunk(o.index, DeltaMessage(content=o.text or None,
-                                                                 reasoning_content=o.reasoning or None), None, lp))
-            lp = None
-        if o.tool_calls:
-            chunks.append(self.chat_chunk(o.index, DeltaMessage(tool_calls=tool_calls(o.tool_calls, indexed=True)),
-                                          None, lp))
-            lp = None
-        chunks.append(self.chat_chunk(o.index, DeltaMessage(), o.finish_reason, lp, stop_reason=o.stop_reason))
-        return chunks
-
-    def chat_event_chunks(self, index: int, events: list[tuple[str, Any]], calls_sent: int,
-                          logprobs: Optional[dict[str, Any]] = None) -> list[str]:
-        """Pieces of an answer read as it streams (toolformats' stream events) as chunks: reasoning and content
-        deltas, and each tool call as two `tool_calls` deltas - index, id, type and name first, then its arguments
-        (OpenAI's stream shape). `calls_sent`: the calls this choice sent before (the index of the next); the
-        logprobs ride on the first chunk."""
-        from swiftbox.serving.openai.protocol import FunctionDelta, ToolCallDelta
-
-        chunks = []
-        for kind, value in events:
-            if kind == "reasoning":
-                delta = DeltaMessage(reasoning_content=value)
-            elif kind == "text":
-                delta = DeltaMessage(content=value)
-            else:
-                fn = value["function"]
-                chunks.append(self.chat_chunk(index, DeltaMessage(tool_calls=[ToolCallDelta(
-                    index=calls_sent, id=value["id"], type="function",
-                    function=FunctionDelta(name=fn["name"]))]), None, logprobs))
-                logprobs = None
-                delta = DeltaMessage(tool_calls=[ToolCallDelta(index=calls_sent,
-                                                               function=FunctionDelta(arguments=fn["arguments"]))])
-                calls_sent += 1
-            chunks.append(self.chat_chunk(index, delta, None, logprobs))
-            logprobs = None
-        return chunks
-
     # -- text completions ---------------------------------------------------------------------------------
     def completion(self, outputs: list[Output], usage: Usage) -> CompletionResponse:
         choices = [CompletionChoice(index=o.index, text=o.text or "", logprobs=o.logprobs,
@@ -140,3 +101,54 @@ class ResponseBuilder:
             return sse(ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=[],
                                            usage=usage))
         return sse(CompletionResponse(id=self.id, created=self.created, model=self.model, choices=[], usage=usage))
+
+
+class ChatChunks:
+    """The typed engine event stream (events.py) of one chat request as OpenAI chat chunks: each choice's role
+    chunk first, then reasoning / content deltas, each tool call as OpenAI streams it (index, id, type and name
+    first, then pieces of its arguments; a call read whole goes out in one delta), the finish (with the stop string
+    that matched), and the usage chunk when the client asked for it. A token's logprobs ride on the next chunk of
+    its choice. [DONE] is the caller's."""
+
+    def __init__(self, bodies: ResponseBuilder):
+        self.bodies = bodies
+        self.pending: dict[int, list[TokenLogprob]] = {}
+
+    def _logprobs(self, index: int) -> Optional[dict[str, Any]]:
+        return chat_logprobs(self.pending.pop(index, []))
+
+    def _chunk(self, index: int, delta: DeltaMessage) -> str:
+        return self.bodies.chat_chunk(index, delta, None, self._logprobs(index))
+
+    def feed(self, event: Event) -> list[str]:
+        from swiftbox.serving import events as ev
+        from swiftbox.serving.openai.protocol import FunctionDelta
+        from swiftbox.serving.openai.protocol import ToolCallDelta as CallDelta
+
+        if isinstance(event, ev.Started):
+            return [self.bodies.chat_chunk(i, DeltaMessage(role="assistant", content="")) for i in
+                    range(event.choices)]
+        if isinstance(event, ev.TokenLogprob):
+            self.pending.setdefault(event.index, []).append(event)
+            return []
+        if isinstance(event, ev.ReasoningDelta):
+            return [self._chunk(event.index, DeltaMessage(reasoning_content=event.text))]
+        if isinstance(event, ev.TextDelta):
+            return [self._chunk(event.index, DeltaMessage(content=event.text))]
+        if isinstance(event, ev.ToolCallDelta):
+            call: Union[ToolCallBody, CallDelta]
+            if event.opens and event.arguments is not None:      # a call read whole
+                call = ToolCallBody(index=event.call, id=event.id or "",
+                                    function=FunctionCall(name=event.name or "", arguments=event.arguments))
+            elif event.opens:
+                call = CallDelta(index=event.call, id=event.id, type="function",
+                                 function=FunctionDelta(name=event.name))
+            else:
+                call = CallDelta(index=event.call, function=FunctionDelta(arguments=event.arguments or ""))
+            return [self._chunk(event.index, DeltaMessage(tool_calls=[call]))]
+        if isinstance(event, ev.Finish):
+            return [self.bodies.chat_chunk(event.index, DeltaMessage(), event.reason, self._logprobs(event.index),
+                                           stop_reason=event.stop_sequence)]
+        if isinstance(event, ev.Done):
+            return [self.bodies.usage_chunk("chat", event.usage)] if self.bodies.include_usage else []
+        return [error_event(event.error)]

@@ -9,6 +9,7 @@ from swiftbox.serving.render import named_event, uid
 
 if TYPE_CHECKING:
     from swiftbox.serving.answer import Output
+    from swiftbox.serving.events import Event
 
 
 class ResponsesBuilder:
@@ -117,38 +118,41 @@ class ResponsesBuilder:
                                   summary_index=0, part={"type": "summary_text", "text": ""}))
         return out
 
-    def feed(self, kind: str, value: Any) -> list[str]:
+    def feed(self, event: Event) -> list[str]:
+        """The Responses events for one typed engine event (events.py) of the chat answer."""
+        from swiftbox.serving import events as ev
+
         out: list[str] = []
-        at = len(self.items) - 1
-        if kind == "reasoning":
+        if isinstance(event, ev.ReasoningDelta):
             if self.open is None or self.open["type"] != "reasoning":
                 out += self._begin(self._reasoning(""))
-            self.open["summary"][0]["text"] += value      # type: ignore[index]
-            out.append(self.event("response.reasoning_summary_text.delta", item_id=self.open["id"],  # type: ignore[index]
-                                  output_index=len(self.items) - 1, summary_index=0, delta=value))
-        elif kind == "text":
+            item = self.open
+            item["summary"][0]["text"] += event.text          # type: ignore[index]
+            out.append(self.event("response.reasoning_summary_text.delta", item_id=item["id"],  # type: ignore[index]
+                                  output_index=len(self.items) - 1, summary_index=0, delta=event.text))
+        elif isinstance(event, ev.TextDelta):
             if self.open is None or self.open["type"] != "message":
                 out += self._begin(self._message("", "in_progress"))
             item = self.open
-            item["content"][0]["text"] += value          # type: ignore[index]
+            item["content"][0]["text"] += event.text          # type: ignore[index]
             out.append(self.event("response.output_text.delta", item_id=item["id"],  # type: ignore[index]
-                                  output_index=len(self.items) - 1, content_index=0, delta=value, logprobs=[]))
-        elif kind == "tool":
-            item = self._call(value["id"] or uid("call"), value["name"] or "", "", "in_progress")
-            out += self._begin(item)
-            self.calls[value["index"]] = item
-        elif kind == "args":
-            index, text = value
-            item = self.calls.get(index)
-            if item is not None and item is self.open:
-                item["arguments"] += text
-                out.append(self.event("response.function_call_arguments.delta", item_id=item["id"],
-                                      output_index=at, delta=text))
-        elif kind == "finish":
-            self.reason = value
-        elif kind == "error":
+                                  output_index=len(self.items) - 1, content_index=0, delta=event.text, logprobs=[]))
+        elif isinstance(event, ev.ToolCallDelta):
+            if event.opens:
+                item = self._call(event.id or uid("call"), event.name or "", "", "in_progress")
+                out += self._begin(item)
+                self.calls[event.call] = item
+            found = self.calls.get(event.call)
+            if event.arguments and found is not None and found is self.open:
+                found["arguments"] += event.arguments
+                out.append(self.event("response.function_call_arguments.delta", item_id=found["id"],
+                                      output_index=len(self.items) - 1, delta=event.arguments))
+        elif isinstance(event, ev.Finish):
+            self.reason = event.reason
+        elif isinstance(event, ev.Failed):
+            err = event.error
             out += self._close()
-            out.append(self.event("error", code=value.code, message=value.message, param=value.param))
+            out.append(self.event("error", code=err.code, message=err.message, param=err.param))
         return out
 
     def end(self, u: Optional[Usage]) -> list[str]:

@@ -18,9 +18,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
 from swiftbox.serving import fields
-from swiftbox.serving.chat_answer import event_stream, whole
 from swiftbox.serving.errors import ApiError
+from swiftbox.serving.openai.read import whole
 from swiftbox.serving.protocol import raw_body
+from swiftbox.serving.render import rendered
 from swiftbox.serving.responses import translate
 from swiftbox.serving.responses.protocol import ResponsesRequest
 from swiftbox.serving.responses.render import ResponsesBuilder
@@ -56,7 +57,6 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
     history = store.get(body.previous_response_id)[1] if body.previous_response_id else []
     chat, convo, names = translate.to_chat(body, history)
     bodies = ResponsesBuilder(body.model, echo(body), names)
-    answer = await backend.chat(chat, request)
 
     def keep(response: dict[str, Any]) -> None:
         if body.store:
@@ -64,13 +64,15 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
                       response=response, input_items=translate.input_items(body.input))
 
     if not body.stream:
+        answer = await backend.chat(chat, request)
         if answer.status_code == 499:        # the client went away
             return answer
         output, used = whole(answer)
         result = bodies.whole(output, used)
         keep(result)
         return JSONResponse(result)
-    return StreamingResponse(event_stream(bodies, answer, on_end=lambda items: keep(bodies.final)),
+    events = await backend.chat_events(chat, request)
+    return StreamingResponse(rendered(bodies, events, on_end=lambda items: keep(bodies.final)),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from swiftbox.errors import SwiftboxError
 from swiftbox.serving.errors import ApiError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from swiftbox.serving.adapter_check import CheckedAdapter
     from swiftbox.serving.adapters import AdapterPolicy
+    from swiftbox.serving.events import Event
     from swiftbox.serving.metrics import ServeMetrics
     from swiftbox.serving.openai.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -175,6 +176,17 @@ class VllmBackend:
 
     async def completion(self, req: CompletionRequest, request: Request) -> Response:
         return await self._relay("/v1/completions", await raw_body(request), bool(req.stream))
+
+    async def chat_events(self, req: ChatCompletionRequest, request: Request) -> AsyncIterator[Event]:
+        """A chat request built by the front door (not sent by the client: a translated family's) relayed as a
+        stream, vLLM's chunks read back into the typed events (openai/read.py); an error answer raises."""
+        from swiftbox.serving.openai.read import error, events
+
+        body = {**req.model_dump(mode="json", exclude_unset=True), "stream": True}
+        answer = await self._relay("/v1/chat/completions", body, True)
+        if answer.status_code != 200:
+            raise error(answer.status_code, json.loads(bytes(answer.body)))
+        return events(answer.body_iterator)     # type: ignore[attr-defined]
 
     async def native(self, path: str, request: Request, stream: bool) -> Optional[Response]:
         """vLLM serves Anthropic's /v1/messages and OpenAI's /v1/responses itself: relayed as sent (after the front
