@@ -19,7 +19,9 @@ Levers (one at a time, everything else the default):
   default, swiftbox.compat.trl_scores_label_positions_only): what that default buys. TRL's chunked loss over the
   vocabulary is always on (its fused head) and has no switch to measure;
 - checkpointing: activation checkpointing (gradient_checkpointing: true, non-reentrant): memory for recompute;
-- threads_1: one torch thread instead of one per core;
+- threads_1: one torch thread (SWIFTBOX_THREADS=1) instead of the default policy (swiftbox/training/thread_policy.py:
+  the cores other processes leave free, re-measured between steps);
+- threads_torch: torch's own thread count, one per core, whatever the load (SWIFTBOX_THREADS=torch, the old default);
 - unfused_adamw: `optim: adamw_torch` (foreach) instead of the default fused AdamW (transformers 5, torch >= 2.8);
 - compile: the decoder stack under `torch.compile(dynamic=True)` (the LM head and loss stay eager).
 
@@ -52,7 +54,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
 LEVERS = ("dense_mask", "bf16_autocast", "padded", "lm_head_all_positions", "checkpointing", "threads_1",
-          "unfused_adamw", "compile")
+          "threads_torch", "unfused_adamw", "compile")
 JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
 LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
 
@@ -70,7 +72,8 @@ def settings(side: str) -> dict:
                 optim=None, compile=False)
     changes = {"default": {}, "dense_mask": dict(attention="sdpa"), "bf16_autocast": dict(dtype="bfloat16"),
                "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False),
-               "checkpointing": dict(checkpointing=True), "threads_1": dict(threads=1),
+               "checkpointing": dict(checkpointing=True), "threads_1": dict(threads="1"),
+               "threads_torch": dict(threads="torch"),
                "unfused_adamw": dict(optim="adamw_torch"), "compile": dict(compile=True)}
     return {**base, **changes[side]}
 
@@ -114,6 +117,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         dropout_a_forward,
         load_for_training,
         peft_lora_dropout_fused,
+        thread_callbacks,
         trl_lm_head_tiles,
         trl_scores_label_positions_only,
     )
@@ -136,7 +140,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
 
     side_work = work / f"{side}-{time.monotonic_ns()}"
     if s["threads"]:
-        torch.set_num_threads(s["threads"])
+        os.environ["SWIFTBOX_THREADS"] = s["threads"]      # this process only (each run has its own)
     with attention_env(s["attention"]):
         torch.manual_seed(JOB["seed"])
         tm = load_for_training(str(model_dir), cfg, platform, s["dtype"])
@@ -144,7 +148,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         train, _ = tokenize_sft(load_sft(str(data), cfg.seed), tm.tokenizer, cfg.max_length)
         ctx = SimpleNamespace(platform=platform, work_dir=side_work, output=side_work, kind="sft")
         timer = timer_callback()
-        extra = [timer, Losses()]
+        extra = [timer, Losses(), *thread_callbacks(platform)]     # as the training flow adds it
         if profile:
             from swiftbox.training import profile_callbacks
 

@@ -241,8 +241,8 @@ def run_hf(method: str, model: str, data: str, work: Path, extra: list[str]) -> 
 
     from swiftbox import data as sbdata
 
-    if method != "sft":
-        raise SystemExit("the hf baseline is SFT only")
+    if method == "dpo":
+        return run_trl_dpo(model, data, work)
     tokenizer = AutoTokenizer.from_pretrained(model)
     rows, _ = sbdata.tokenize_sft(sbdata.load_sft(data, JOB["seed"]), tokenizer, JOB["max_length"])
     torch.manual_seed(JOB["seed"])
@@ -255,6 +255,41 @@ def run_hf(method: str, model: str, data: str, work: Path, extra: list[str]) -> 
                              report_to="none", disable_tqdm=True, remove_unused_columns=False, use_cpu=True)
     collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
     Trainer(model=net, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator).train()
+
+
+def trl_pairs(data: str) -> list[dict]:
+    """The ShareGPT ranking pairs as TRL's conversational preference rows (prompt messages, chosen / rejected reply
+    messages): TRL applies the model's chat template itself."""
+    roles = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
+    rows = []
+    for row in json.loads(Path(data).read_text()):
+        prompt = [{"role": roles[m["from"]], "content": m["value"]} for m in row["conversations"]]
+        rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": row["chosen"]["value"]}],
+                     "rejected": [{"role": "assistant", "content": row["rejected"]["value"]}]})
+    return rows
+
+
+def run_trl_dpo(model: str, data: str, work: Path) -> None:
+    """The plain DPO baseline: TRL's DPOTrainer + PEFT LoRA by TRL's defaults (padded [chosen; rejected] batch, the
+    reference = the base with the adapter disabled, computed every step) on the same pairs."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    torch.manual_seed(JOB["seed"])
+    net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    args = DPOConfig(output_dir=str(work / "out"), num_train_epochs=JOB["epochs"],
+                     per_device_train_batch_size=JOB["batch"], learning_rate=JOB["lr"], seed=JOB["seed"],
+                     lr_scheduler_type="cosine", save_strategy="no",
+                     logging_steps=JOB["logging_steps"], report_to="none", disable_tqdm=True, use_cpu=True,
+                     beta=JOB["beta"], max_length=JOB["max_length"], bf16=False)
+    lora = LoraConfig(r=JOB["rank"], lora_alpha=JOB["alpha"], lora_dropout=JOB["dropout"], target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+    DPOTrainer(model=net, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(trl_pairs(data)),
+               peft_config=lora).train()
 
 
 RUNNERS = {"swiftbox": run_swiftbox, "hf": run_hf, "llamafactory": run_llamafactory, "ms-swift": run_ms_swift}

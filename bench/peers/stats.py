@@ -22,15 +22,14 @@ def _gib(report: dict) -> dict:
 
 
 def parse_sides(text: str | None, method: str) -> list[str]:
-    """`swiftbox,ms-swift` -> the sides to run, swiftbox first; hf (the plain-Trainer baseline) is SFT only."""
+    """`swiftbox,ms-swift` -> the sides to run, swiftbox first; hf is the plain baseline (SFT: transformers'
+    Trainer + PEFT; DPO: TRL's DPOTrainer + PEFT by its defaults)."""
     sides = [s.strip() for s in text.split(",") if s.strip()] if text else list(DEFAULT_SIDES)
     known = set(DEFAULT_SIDES)
     unknown = [s for s in sides if s.split("+", 1)[0] not in known]
     if unknown:
         raise ValueError(f"--sides: unknown {', '.join(unknown)}; known: {', '.join(DEFAULT_SIDES)} "
                          "(a swiftbox variant: swiftbox+FLAG, e.g. swiftbox+--no-packing)")
-    if method == "dpo":
-        sides = [s for s in sides if s != "hf"]
     if "swiftbox" not in sides:
         sides.insert(0, "swiftbox")
     return list(dict.fromkeys(sides))

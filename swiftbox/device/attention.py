@@ -1,4 +1,5 @@
-"""`sdpa_varlen`: SDPA run once per packed sample instead of once over a dense block-diagonal mask (CPU default).
+"""`sdpa_varlen`: SDPA run once per packed sample instead of once over a dense block-diagonal mask (the CPU's default,
+and CUDA's where flash-attn is not installed).
 
 A padding-free batch is one flattened row of several samples. transformers' `sdpa` attends over it with a dense
 (L x L) mask that keeps each sample to itself, so the attention costs L^2 for L tokens in all; per sample it is
@@ -9,14 +10,33 @@ has one). Batches without boundaries (padded rows, evaluation, generation) go to
 with the mask transformers built, so the name is safe to train any batch with.
 
 The CPU's default for packed batches (swiftbox/device/cpu.py; `SWIFTBOX_CPU_ATTENTION=sdpa` keeps transformers'
-masked kernel). Exact by test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row
-alone); measured 1.42x on an AVX512-BF16 EPYC, 1.12x on an AVX2 EPYC, 0.98x on a loaded AMX Xeon (docs/devices.md).
+masked kernel) and CUDA's without flash-attn (swiftbox/device/cuda.py: per sample, causal, SDPA takes its flash or
+memory-efficient kernel; the boundaries are read to the host once per batch, not once per layer: sample_bounds).
+Exact by test (tests/unit/test_packing_exact.py: same per-token loss and gradients as each row alone); measured
+1.42x on an AVX512-BF16 EPYC, 1.12x on an AVX2 EPYC, 0.98x on a loaded AMX Xeon (docs/devices.md).
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
 VARLEN = "sdpa_varlen"
+
+
+# the last cu_seq_lens tensors read, as (tensor, in-place version, values): held, so no new tensor can take their id
+_SEEN: list = []
+
+
+def sample_bounds(cu: Any) -> list[int]:
+    """`cu` as a Python list, read once per batch: every layer of one forward gets the same tensor objects (q's and
+    k's), and on an accelerator each read is a device-to-host sync. Reused only for that same object, unmodified in
+    place; a new batch brings new tensors."""
+    version = getattr(cu, "_version", 0)
+    for held, seen_version, values in _SEEN:
+        if held is cu and seen_version == version:
+            return values
+    values = [int(x) for x in cu.tolist()]
+    _SEEN[:] = [*_SEEN[-1:], (cu, version, values)]
+    return values
 
 
 def varlen_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Optional[Any],
@@ -30,8 +50,10 @@ def varlen_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     length = query.shape[2]
     packed = (cu_q is not None and cu_k is not None and query.shape[0] == 1 and bool(causal) and length > 1
-              and key.shape[2] == length and int(cu_q[-1]) == length and torch.equal(cu_q, cu_k)
-              and kwargs.get("softcap") is None and kwargs.get("position_bias") is None)
+              and key.shape[2] == length and kwargs.get("softcap") is None and kwargs.get("position_bias") is None)
+    bounds = sample_bounds(cu_q) if packed else []
+    if packed and (bounds[-1] != length or sample_bounds(cu_k) != bounds):
+        packed = False
     if not packed or cu_q is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
@@ -40,7 +62,6 @@ def varlen_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
     window = kwargs.get("sliding_window")
-    bounds = cu_q.tolist()
     pieces = []
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end <= start:

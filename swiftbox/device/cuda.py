@@ -24,8 +24,19 @@ class CudaPlatform(Platform):
              "fused_linear_cross_entropy": False}
 
     def attn_implementation(self, packed: bool) -> str:
-        # flash-attn's varlen kernel attends within each packed sample (cu_seqlens from position_ids)
-        return "flash_attention_2" if packed and _importable("flash_attn") else "sdpa"
+        """Packed rows attend per sample: flash-attn's varlen kernel where flash-attn is installed (cu_seqlens from
+        the collator), else `sdpa_varlen` (swiftbox/device/attention.py: SDPA once per sample, causal, so torch picks
+        its flash / memory-efficient kernel per sample; the same code the CPU runs, exact by
+        tests/unit/test_packing_exact.py) instead of transformers' SDPA over a dense L x L block-diagonal mask,
+        which at packed lengths of 8-32k tokens is a 64 MiB-1 GiB mask per layer call and forces SDPA's masked
+        kernel. Padded batches use SDPA."""
+        if not packed:
+            return "sdpa"
+        if _importable("flash_attn"):
+            return "flash_attention_2"
+        from swiftbox.device.attention import register
+
+        return register()
 
     def training_kernels(self) -> dict[str, Any]:
         if not _importable("liger_kernel"):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from swiftbox.training.model import load_for_training, lora_config
     from swiftbox.training.profile_window import profile_callbacks
     from swiftbox.training.rewards import check_spec, parse_spec
+    from swiftbox.training.thread_policy import thread_callbacks
 
 # name -> the module that defines it (the memory levers' patches live in compat, the one home of library patches)
 _EXPORTS = {
@@ -24,7 +25,7 @@ _EXPORTS = {
     "profile_callbacks": "swiftbox.training.profile_window",
     "check_spec": "swiftbox.training.rewards", "parse_spec": "swiftbox.training.rewards",
     "peft_lora_dropout_fused": "swiftbox.compat", "trl_lm_head_tiles": "swiftbox.compat",
-    "trl_scores_label_positions_only": "swiftbox.compat",
+    "trl_scores_label_positions_only": "swiftbox.compat", "thread_callbacks": "swiftbox.training.thread_policy",
 }
 
 
@@ -35,4 +36,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["check_spec", "describe_batching", "dropout_a_forward", "load_for_training", "lora_config", "parse_spec",
-           "peft_lora_dropout_fused", "profile_callbacks", "trl_lm_head_tiles", "trl_scores_label_positions_only"]
+           "peft_lora_dropout_fused", "profile_callbacks", "thread_callbacks", "trl_lm_head_tiles",
+           "trl_scores_label_positions_only"]

@@ -140,6 +140,9 @@ class TrainingFlow(Generic[T]):
         self.read()                                        # bad data fails before any weights load
         callbacks.silence_libraries()
         ctx.platform.training_memory()                     # CPU: freed tensors go back to the OS (device/cpu.py)
+        from swiftbox.training.thread_policy import thread_callbacks
+
+        threads = thread_callbacks(ctx.platform)      # CPU: the cores other processes leave free (device/threads.py)
         tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head)
         if self.chat_template:
             data.use_chat_template(tm.tokenizer, cfg.chat_template)
@@ -147,7 +150,7 @@ class TrainingFlow(Generic[T]):
 
         ckpt_dir = ctx.work_dir / "checkpoints"
         extra = profile_callbacks(cfg, ctx) + callbacks.callbacks(self.progress_title(), ctx.work_dir,
-                                                                  is_main_process())
+                                                                  is_main_process()) + threads
         trainer = self.trainer(tm, ckpt_dir, extra)
         callbacks.quiet(trainer)
         resume = checkpoints.resume_point(cfg, ckpt_dir, log)

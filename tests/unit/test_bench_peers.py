@@ -17,8 +17,9 @@ from peers import env, job, stats  # noqa: E402  (bench/peers/)
 def test_sides_default_order_and_swiftbox_first():
     assert stats.parse_sides(None, "sft") == ["swiftbox", "hf", "ms-swift", "llamafactory"]
     assert stats.parse_sides("llamafactory,ms-swift", "sft") == ["swiftbox", "llamafactory", "ms-swift"]
-    # the plain-Trainer baseline is an SFT job only; duplicates collapse
-    assert stats.parse_sides("swiftbox,hf,hf,ms-swift", "dpo") == ["swiftbox", "ms-swift"]
+    # the plain baseline runs both jobs (DPO: TRL's DPOTrainer); duplicates collapse
+    assert stats.parse_sides("swiftbox,hf,hf,ms-swift", "dpo") == ["swiftbox", "hf", "ms-swift"]
+    assert stats.parse_sides(None, "dpo") == ["swiftbox", "hf", "ms-swift", "llamafactory"]
     assert stats.parse_sides("swiftbox+--no-packing", "sft") == ["swiftbox", "swiftbox+--no-packing"]
 
 
@@ -145,3 +146,15 @@ def test_row_count_pairs_once_and_packed_segments(monkeypatch):
     packed = {"input_ids": torch.zeros(1, 6, dtype=torch.long), "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0]])}
     assert job.count_rows(packed) == 3
     assert job.count_rows({"input_ids": torch.zeros(8, 4, dtype=torch.long)}) == 8
+
+
+def test_trl_dpo_baseline_reads_the_same_pairs_as_conversations(tmp_path):
+    data = ROOT / "bench" / "data" / "dpo_en_demo_64.json"
+    rows = job.trl_pairs(str(data))
+    raw = json.loads(data.read_text())
+    assert len(rows) == len(raw)
+    first = rows[0]
+    assert first["prompt"][-1] == {"role": "user", "content": raw[0]["conversations"][-1]["value"]}
+    assert first["chosen"] == [{"role": "assistant", "content": raw[0]["chosen"]["value"]}]
+    assert first["rejected"] == [{"role": "assistant", "content": raw[0]["rejected"]["value"]}]
+    assert {m["role"] for r in rows for m in r["prompt"]} <= {"system", "user", "assistant"}

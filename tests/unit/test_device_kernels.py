@@ -35,7 +35,12 @@ def test_cpu_dense_mask_on_request(monkeypatch):
 def test_cuda_liger_and_varlen_flash_attention_only_when_installed(monkeypatch):
     cuda = CudaPlatform()
     monkeypatch.setattr(cuda_module, "_importable", installed())
-    assert cuda.training_kernels() == {} and cuda.attn_implementation(True) == "sdpa"
+    assert cuda.training_kernels() == {}
+    # without flash-attn packed rows attend per sample through SDPA (device/attention.py), never over a dense mask
+    assert cuda.attn_implementation(True) == "sdpa_varlen" and cuda.attn_implementation(False) == "sdpa"
+    from transformers import AttentionInterface
+
+    assert "sdpa_varlen" in AttentionInterface._global_mapping       # registered for transformers to find
     monkeypatch.setattr(cuda_module, "_importable", installed("liger_kernel", "flash_attn"))
     kernels = cuda.training_kernels()
     assert kernels["use_liger_kernel"] is True
