@@ -59,6 +59,21 @@ def real_model_dir() -> Path:
 REAL_MODEL = "smollm2-135m-instruct"
 
 
+@pytest.fixture(scope="session")
+def shared_real_server(real_model_dir, tmp_path_factory):
+    """(ServerThread, ServedNames): ONE plain built-in server on the real model for the whole test session (fp32,
+    max_model_len 2048, batches of 8, KEY), shared by every module that only needs the model served (structured
+    outputs, lm-eval as a client, Anthropic prefill): its start-up (weights, template, warm-up) is paid once
+    instead of once per module. A test that needs another server config (adapters, a served name, a merged
+    model) starts its own. Tests must leave it as they found it: no adapters loaded, nothing patched."""
+    from tests.support.serve_fixtures import start_server
+
+    server, names, stop = start_server(str(real_model_dir), work_dir=tmp_path_factory.mktemp("real-serve"),
+                                       dtype="float32", max_model_len=2048, max_batch_size=8)
+    yield server, names
+    stop()
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: int = 600, input: str | None = None):
     """Run `python -m swiftbox ARGS` the way launch.sh does; returns CompletedProcess (text)."""
     full_env = dict(os.environ)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.support.serve_fixtures import KEY, start_server
+from tests.support.serve_fixtures import KEY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TASKS = ["arc", "hellaswag"]
@@ -24,12 +24,11 @@ LIMIT = 4
 
 
 @pytest.fixture(scope="module")
-def real_server(real_model_dir, tmp_path_factory):
+def real_server(shared_real_server):
+    """The session's real-model server (conftest: fp32, max_model_len 2048, batches of 8)."""
     pytest.importorskip("lm_eval")
-    server, names, stop = start_server(str(real_model_dir), work_dir=tmp_path_factory.mktemp("serve"),
-                                       dtype="float32", max_model_len=2048, max_batch_size=8)
-    yield server, names.primary
-    stop()
+    server, names = shared_real_server
+    return server, names.primary
 
 
 def loglikelihoods(samples: dict) -> dict:

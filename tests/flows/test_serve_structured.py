@@ -205,11 +205,10 @@ ASK = [{"role": "user", "content": "Describe Paris as JSON with its name, countr
 
 
 @pytest.fixture(scope="module")
-def real(real_model_dir, tmp_path_factory):
-    server, names, stop = start_server(str(real_model_dir), max_model_len=1024,
-                                       work_dir=tmp_path_factory.mktemp("structured-real"))
-    yield server, names.primary
-    stop()
+def real(shared_real_server):
+    """The session's real-model server (conftest: fp32, max_model_len 2048)."""
+    server, names = shared_real_server
+    return server, names.primary
 
 
 def test_real_model_answers_a_pydantic_model_through_parse(real):
