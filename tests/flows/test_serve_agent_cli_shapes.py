@@ -5,7 +5,9 @@ official API sends it, never a 5xx. Each body is sent twice: answered by the toy
 call to the CLI's shell tool (the answer parser replaced, as in test_serve_agent_apis.py), so both the text and
 the tool-call event sequences are checked on what the CLIs really send.
 
-Fast (default suite) but for most of Claude Code's default-config bodies (slow: ~20k toy tokens each); the toy
+Fast (default suite) but for most of Claude Code's default-config bodies (slow: ~20k toy tokens each) and
+Codex's default-config bodies answered with text (slow: their tool-call answers and the trimmed bodies' text
+answers stay in the default suite); the toy
 answers within the recorded max_tokens (512, or the server's default when Codex sets none). The slow proof with
 the CLIs themselves is tests/flows/test_agent_clis.py; the recording is re-made by tests/support/agent_cli_capture.py.
 """
@@ -45,8 +47,12 @@ def _cases() -> list:
         big = r["path"] == "/v1/messages" and r["config"] == "default" and r["body"].get("tools")
         last = big and r is [x for x in RECORDED if x["path"] == r["path"] and x["config"] == "default"][-1]
         has_shell = any(t.get("name") in SHELL for t in r["body"].get("tools") or [])
+        # Codex's default bodies answered with text: 512 sampled toy tokens on ~4k of context (~10 s each quiet);
+        # the same bodies stay in the default suite answered with a tool call, the text stream on the trimmed ones
+        codex_default = r["path"] == "/v1/responses" and r["config"] == "default"
         for tool_turn in (False, True) if has_shell else (False,):   # a tool-call answer needs a shell tool
-            marks = [pytest.mark.slow] if big and not (last and tool_turn) else []
+            slow = (big and not (last and tool_turn)) or (codex_default and not tool_turn)
+            marks = [pytest.mark.slow] if slow else []
             out.append(pytest.param(r, tool_turn, id=f"{_label(r)}-{'toolcall' if tool_turn else 'text'}",
                                     marks=marks))
     return out
