@@ -26,7 +26,8 @@ CHECKED_AGAINST = {
     "transformers": "5.23.0",    # DynamicCache(ddp_cache_data=...), DynamicCache.layers[i].keys / .values;
                                  # 5.24.0: integrations.gguf (is_gguf_arch_supported, dequant.GGML_NAME),
                                  # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES,
-                                 # chat_template_utils._compile_jinja_template (its Template's environment.concat);
+                                 # chat_template_utils._compile_jinja_template (its Template's environment.concat;
+                                 # lru-cached) and .ImmutableSandboxedEnvironment (the class it compiles them in);
                                  # the hybrid mixer classes' forward(hidden_states, cache, attention_mask, **kw)
     "lm_eval": "0.4.13",         # lm_eval.tasks._yaml_loader.load_yaml (a registered task's full config)
     "gguf": "0.19.0",            # gguf.quants._type_traits (the types its numpy dequantize() handles)
@@ -447,13 +448,11 @@ def chat_template_output_capped(templates: list[str], limit: int) -> Iterator[No
     transformers renders with the jinja Template that `chat_template_utils._compile_jinja_template` (lru-cached per
     template string) returns, and jinja's `Template.render` joins the template's output pieces with its
     environment's `concat`; that attribute of each compiled template's own sandboxed environment is set to a join
-    that reads the cap from a ContextVar, so it behaves exactly as `"".join` wherever no cap is active. (One
-    expression that builds a huge string by itself, `'x' * 10**9`, is not stopped: that is why a client's own
-    template needs --trust-request-chat-template.)"""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
+    that reads the cap from a ContextVar, so it behaves exactly as `"".join` wherever no cap is active. One
+    expression that would build a huge value by itself (`'x' * 10**9`) is refused before it exists by the sandbox
+    the templates compile in (`_sized_sandbox`)."""
     for template in templates:
-        _compile_jinja_template(template).environment.concat = _capped_concat
+        _compiled(template).environment.concat = _capped_concat
     token = _render_limit().set(limit)
     try:
         yield
@@ -466,15 +465,135 @@ def chat_template_traced(templates: list[str], tracer: Callable[..., Any]) -> It
     """While active (this thread / context), `tracer` is this thread's trace function for as long as jinja runs one
     of `templates` (inside the same patched `concat` as chat_template_output_capped, which leaves the output uncapped
     when no cap is active)."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
     for template in templates:
-        _compile_jinja_template(template).environment.concat = _capped_concat
+        _compiled(template).environment.concat = _capped_concat
     token = _render_tracer().set(tracer)
     try:
         yield
     finally:
         _render_tracer().reset(token)
+
+
+# -- transformers: chat templates compile in a sandbox that bounds what one expression builds ----------------------
+_SIZED: Any = None     # the sandbox class, made on first use
+# a constant expression larger than this is not folded while jinja compiles (`'%999999999d'|format(1)`): it is built,
+# or refused, when the template renders, under the render's cap
+FOLD_LIMIT = 1 << 16
+
+
+def _compiled(template: str) -> Any:
+    """transformers' compiled Template for `template` (chat_template_utils._compile_jinja_template, lru-cached per
+    string), compiled in `_sized_sandbox()`: on first use that class replaces the module's
+    `ImmutableSandboxedEnvironment` (jinja's, which transformers instantiates per template) and the cache is cleared
+    once, so from then on every template is compiled in it, the ones apply_chat_template compiles included."""
+    from transformers.utils import chat_template_utils
+
+    sized = _sized_sandbox()
+    if chat_template_utils.ImmutableSandboxedEnvironment is not sized:
+        chat_template_utils.ImmutableSandboxedEnvironment = sized
+        chat_template_utils._compile_jinja_template.cache_clear()
+    token = _render_limit().set(FOLD_LIMIT)     # jinja folds constant expressions while it compiles
+    try:
+        return chat_template_utils._compile_jinja_template(template)
+    finally:
+        _render_limit().reset(token)
+
+
+def _refuse_past_cap(size: int) -> None:
+    limit = _render_limit().get()
+    if limit is not None and size > limit:
+        raise TemplateOutputTooLong(limit)
+
+
+def _printf_width(fmt: Any, args: Any) -> int:
+    """The largest width / precision of a printf-style format (`*`: the largest int argument)."""
+    import re
+
+    if not isinstance(fmt, str):
+        return 0
+    values = args if isinstance(args, tuple) else (args,)
+    widest = 0
+    for spec in re.findall(r"%[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?", fmt):
+        for n in spec:
+            if n.isdigit():
+                widest = max(widest, int(n))
+            elif n == "*":
+                widest = max(widest, *(v for v in values if type(v) is int), 0)
+    return widest
+
+
+def _binop_size(operator: str, left: Any, right: Any) -> int:
+    """About how large `left OPERATOR right` comes out (characters, items or decimal digits), without building it."""
+    sized = (str, list, tuple)
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, sized) and type(n) is int:
+                return len(seq) * n
+    elif operator == "+" and isinstance(left, sized) and isinstance(right, sized):
+        return len(left) + len(right)
+    elif operator == "**" and type(left) is int and type(right) is int and right > 0:
+        return left.bit_length() * right // 3
+    elif operator == "%":
+        return _printf_width(left, right)
+    return 0
+
+
+def _sized_sandbox() -> type:
+    """jinja's ImmutableSandboxedEnvironment, except that while a cap is active (the ContextVar
+    chat_template_output_capped sets; without one it is jinja's own behaviour) one expression may not build more
+    than the cap: `'x' * 10**9`, `[0] * 10**9`, `a + b`, `10 ** 10**9`, a width in a `%` / `|format` / `.format`
+    format, a number passed to a str method (`'x'.ljust(10**9)`) or to the `center` / `indent` filters raise
+    TemplateOutputTooLong before the value exists. Through jinja's documented hooks (intercepted_binops /
+    call_binop, call, wrap_str_format); intercepted operators are not folded into constants at compile time either.
+    Bounded only by the render's time budget (data/template_budget.py): a string doubled with `~` in a loop."""
+    global _SIZED
+    if _SIZED is None:
+        import functools
+        import re
+
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def numbers_capped(f: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(f)
+            def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
+                _refuse_past_cap(max((a for a in (*args, *kwargs.values()) if type(a) is int), default=0))
+                return f(value, *args, **kwargs)
+            return checked
+
+        def format_capped(f: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(f)
+            def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
+                _refuse_past_cap(_printf_width(value, args))
+                return f(value, *args, **kwargs)
+            return checked
+
+        class SizedSandbox(ImmutableSandboxedEnvironment):
+            intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                for name in ("center", "indent"):
+                    self.filters[name] = numbers_capped(self.filters[name])
+                self.filters["format"] = format_capped(self.filters["format"])
+
+            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+                _refuse_past_cap(_binop_size(operator, left, right))
+                return super().call_binop(context, operator, left, right)
+
+            def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+                if isinstance(getattr(__obj, "__self__", None), str):
+                    _refuse_past_cap(max((a for a in (*args, *kwargs.values()) if type(a) is int), default=0))
+                return super().call(__context, __obj, *args, **kwargs)
+
+            def wrap_str_format(self, value: Any) -> Any:
+                fmt = getattr(value, "__self__", None)
+                if isinstance(fmt, str) and getattr(value, "__name__", "") in ("format", "format_map"):
+                    _refuse_past_cap(max((int(n) for n in re.findall(r"\d+", "".join(re.findall(r"\{[^{}]*\}", fmt)))),
+                                         default=0))
+                return super().wrap_str_format(value)
+
+        _SIZED = SizedSandbox
+    return _SIZED
 
 
 # -- transformers: hybrid linear-attention / SSM / short-convolution mixers, one packed sample at a time ------

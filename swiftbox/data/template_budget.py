@@ -12,7 +12,10 @@ dialect probe, verify's start-up check) runs inside `budget(...)`.
   for longer than the budget.
 - Size: unless the caller already capped the output (the server caps a request's rendering at what its context can
   take), the output is capped at `max_chars` with compat.chat_template_output_capped, so a template that prints
-  300 MB stops at the cap.
+  300 MB stops at the cap. Under the same cap one expression cannot build a value past it either (`'x' * 10**9`,
+  `10 ** 10**9`, a `%` / `format` width, `'x'|center(10**9)`): the template compiles in compat's sized sandbox, which
+  refuses it before it exists, in well under a second and without the gigabyte (tests/unit/test_template_budget.py).
+  A string doubled with `~` in a loop is bounded by the time budget only.
 
 `TemplateOverBudget` is a UserError (exit 2 on the command line; the server answers 400) naming the template.
 The defaults can be changed with SWIFTBOX_TEMPLATE_SECONDS and SWIFTBOX_TEMPLATE_MAX_CHARS.

@@ -259,3 +259,36 @@ def test_chat_template_output_cap_reaches_transformers_rendering():
     with compat.chat_template_output_capped([tokenizer.chat_template], 10_000):   # a normal prompt: unchanged
         capped = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert capped == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_chat_templates_compile_in_the_sized_sandbox():
+    """transformers instantiates `chat_template_utils.ImmutableSandboxedEnvironment` for each template it compiles
+    and lru-caches the Template (`_compile_jinja_template.cache_clear`): once swiftbox compiled one, every template -
+    the ones transformers compiles by itself too - is compiled in the sized sandbox, so while a cap is on one
+    expression that would build a gigabyte is refused before it exists; with no cap, jinja's own behaviour."""
+    import resource
+    import time
+
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers import AutoTokenizer
+    from transformers.utils import chat_template_utils
+
+    from swiftbox.catalog.toy import toy_path
+
+    where = f"transformers {compat.CHECKED_AGAINST['transformers']} had"
+    sandbox = getattr(chat_template_utils, "ImmutableSandboxedEnvironment", type)
+    assert issubclass(sandbox, ImmutableSandboxedEnvironment), \
+        f"{where} chat_template_utils.ImmutableSandboxedEnvironment (jinja's)"
+    assert callable(getattr(chat_template_utils._compile_jinja_template, "cache_clear", None)), \
+        f"{where} an lru-cached chat_template_utils._compile_jinja_template"
+    gigabyte = "{{ 'x' * (messages|length * 10**9) }}"
+    assert type(compat._compiled(gigabyte).environment) is compat._sized_sandbox()
+    fresh = "{{ 'y' * (messages|length * 3) }}"                 # compiled by transformers itself, after the swap
+    assert type(chat_template_utils._compile_jinja_template(fresh).environment) is compat._sized_sandbox()
+    tokenizer = AutoTokenizer.from_pretrained(toy_path())
+    messages = [{"role": "user", "content": "hi"}]
+    before, began = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    with pytest.raises(compat.TemplateOutputTooLong), compat.chat_template_output_capped([gigabyte], 10_000):
+        tokenizer.apply_chat_template(messages, chat_template=gigabyte, tokenize=False)
+    assert time.perf_counter() - began < 5 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000
+    assert tokenizer.apply_chat_template(messages, chat_template=fresh, tokenize=False) == "yyy"   # no cap: as ever

@@ -58,6 +58,45 @@ def test_a_template_that_prints_too_much_stops_at_the_cap(tok, monkeypatch):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000      # KB: no 300 MB string
 
 
+# one expression that would build a gigabyte (or a number with a billion digits) by itself: refused before it exists
+HUGE = {
+    "string times": "{{ 'x' * 10**9 }}",
+    "times a message count": "{{ 'x' * (messages|length * 10**9) }}",
+    "list times": "{{ [0] * 10**9 }}",
+    "power": "{{ 10 ** (10**9) }}",
+    "printf width": "{{ '%999999999d' % 1 }}",
+    "printf star width": "{{ '%*d' % (999999999, 1) }}",
+    "format filter (a constant: not folded at compile time)": "{{ '%999999999d'|format(1) }}",
+    "center filter": "{{ 'x'|center(10**9) }}",
+    "indent filter": "{{ 'x'|indent(10**9) }}",
+    "str method": "{{ 'x'.ljust(10**9) }}",
+    "str.format width": "{{ '{:>999999999}'.format(1) }}",
+    "sum past the cap": "{% set s = 'x' * 3000000 %}{{ s + s + s }}",
+}
+
+
+@pytest.mark.parametrize("template", list(HUGE.values()), ids=list(HUGE))
+def test_one_expression_cannot_build_past_the_cap(tok, template):
+    import resource
+
+    from swiftbox.data.render import render
+
+    tok.chat_template = template
+    before, began = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    with pytest.raises(UserError, match=r"printed more than \d+ characters and was stopped"):
+        render(tok, HELLO)
+    assert time.perf_counter() - began < 3.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000      # KB: no gigabyte was built
+
+
+def test_small_uses_of_the_guarded_operators_render_as_ever(tok):
+    from swiftbox.data.render import render
+
+    tok.chat_template = ("{{ 'ab' * 2 }}|{{ 2 ** 10 }}|{{ '%3d' % 7 }}|{{ '%-4s'|format('a') }}|{{ 'x'|center(5) }}|"
+                         "{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ 'x'.rjust(3) }}|{{ '{:>3}'.format(1) }}|{{ 7 % 3 }}")
+    assert render(tok, HELLO) == "abab|1024|  7|a   |  x  |ab|[1, 2]|  x|  1|1"
+
+
 def test_the_start_up_check_is_bounded_too(tok, monkeypatch):
     from swiftbox.verify.files import check_tokenizer
     from swiftbox.verify.report import Report
