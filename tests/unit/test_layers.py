@@ -123,6 +123,22 @@ def test_no_import_cycles_lazy_imports_included():
     assert found == []
 
 
+def rooms() -> list[str]:
+    """The house's rooms: swiftbox's top-level modules and packages (its __init__ and __main__ included), menus/ and
+    bench/ - what docs/architecture.md's before/after figures count."""
+    return sorted([p.stem for p in PKG.glob("*.py")] + [p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()]
+                  + ["menus", "bench"])
+
+
+def test_the_house_figures():
+    """The figures docs/architecture.md quotes (pytest -s prints them): rooms, arrows running back up, circles."""
+    graph = _graph()
+    upward = [dep for mod, deps in graph.items() for dep in deps if layer(dep) > layer(mod)]
+    found = rooms()
+    print(f"house: {len(found)} rooms, {len(upward)} arrows back up, {len(cycles(graph))} circles")
+    assert {"catalog", "export", "contract", "menus", "bench"} <= set(found) and "llamacpp" not in found
+
+
 def test_menus_and_bench_are_read():
     graph = _graph()
     assert "menus.main" in graph and "bench.sft" in graph and layer("menus.align") > layer("swiftbox.runner")
