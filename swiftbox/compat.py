@@ -609,6 +609,11 @@ HYBRID_MIXERS = {
 }
 HYBRID_MIXERS["qwen3_5"] = HYBRID_MIXERS["qwen3_5_text"]
 HYBRID_MIXERS["qwen3_5_moe"] = HYBRID_MIXERS["qwen3_5_moe_text"]
+# model_type -> attention classes whose mask ignores a packed row's boundaries: GraniteMoeHybridModel builds its causal
+# mask without position_ids (create_causal_mask(config, inputs_embeds, attention_mask, cache)), so on SDPA / eager
+# the packed samples attend to each other. Their forward is `forward(hidden_states, attention_mask, cache=None,
+# position_embeddings=None, **kwargs)` -> (output, weights) (transformers 5.24); on a packed row it runs per sample.
+HYBRID_ATTENTION = {"granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybridAttention")}
 PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 # Without causal_conv1d / fla / mamba_ssm, transformers refuses a packed batch in these mixers ("can't keep packed
 # sequences apart": integrations.hub_kernels). The per-sample path runs always, kernels installed or not: a kernel's
@@ -656,21 +661,52 @@ def _per_sample_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _per_sample_attention(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """An attention forward that, on a packed row, attends once per sample: its slice of the hidden states and of
+    the rotary embeddings, the diagonal block of a 4D causal mask (None stays None: SDPA / flash are causal then),
+    without the packed-batch kwargs. The outputs are concatenated; attention weights are not returned."""
+    def wrapped(hidden_states: Any, attention_mask: Any = None, cache: Any = None, position_embeddings: Any = None,
+                **kwargs: Any) -> Any:
+        import torch
+
+        bounds = _sample_bounds(hidden_states, cache, kwargs)
+        if bounds is None:
+            return forward(hidden_states, attention_mask, cache=cache, position_embeddings=position_embeddings,
+                           **kwargs)
+        rest = {k: v for k, v in kwargs.items() if k not in PACKED_KWARGS}
+        dense = isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4
+        pieces = []
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            if e <= s:
+                continue
+            rope = None if position_embeddings is None else tuple(t[:, s:e] for t in position_embeddings)
+            mask = attention_mask[..., s:e, s:e] if dense else None
+            pieces.append(forward(hidden_states[:, s:e], mask, cache=None, position_embeddings=rope, **rest)[0])
+        return torch.cat(pieces, dim=1), None
+    return wrapped
+
+
 def hybrid_mixers_per_sample(model: Any, model_type: str) -> Callable[[], None]:
     """Keep a packed row's samples apart in the model's linear-attention / Mamba-2 / short-convolution mixers
     (HYBRID_MIXERS): on a packed training row (batch of one with the collator's sample boundaries, no cache) the
     mixer runs once per sample (without the packed-batch kwargs) and the outputs are concatenated. Other batches
-    pass through unchanged. Wraps the model's mixer instances (never the class); returns the function that unwraps
-    them. Any other model type: nothing to wrap."""
+    pass through unchanged. The attention of a family whose causal mask ignores the packed rows' boundaries
+    (HYBRID_ATTENTION: Granite 4) runs per sample the same way. Wraps the model's mixer instances (never the class);
+    returns the function that unwraps them. Any other model type: nothing to wrap."""
     import importlib
 
     if model_type not in HYBRID_MIXERS:
         return lambda: None
-    name, cls = HYBRID_MIXERS[model_type]
-    mixer = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), cls)
-    wrapped = [m for m in model.modules() if isinstance(m, mixer) and "forward" not in vars(m)]
-    for m in wrapped:
-        m.forward = _per_sample_forward(m.forward)
+    wrapped: list[Any] = []
+    for table, per_sample in ((HYBRID_MIXERS, _per_sample_forward), (HYBRID_ATTENTION, _per_sample_attention)):
+        if model_type not in table:
+            continue
+        name, cls = table[model_type]
+        mixer = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), cls)
+        mine = [m for m in model.modules() if isinstance(m, mixer) and "forward" not in vars(m)]
+        for m in mine:
+            m.forward = per_sample(m.forward)
+        wrapped += mine
 
     def restore() -> None:
         for m in wrapped:

@@ -149,9 +149,8 @@ PRESETS = tuple(replace(p, tool_parser=FAMILY_PARSERS.get(p.family, ("", ""))[0]
 # hybrid Gated DeltaNet, LFM2 short convolutions, Falcon-H1 / Nemotron-H Mamba-2) are exact and pack (issue 42).
 # tests/unit/test_packing_exact.py builds a tiny model of every family and checks this set against what it measures.
 PACKING_NOT_EXACT = {
-    # granitemoehybrid: its Mamba-2 layers run per sample (compat.hybrid_mixers_per_sample), but its SDPA attention
-    # mask ignores the packed rows' position_ids (exact only under sdpa_varlen / flash varlen: measured)
-    "granitemoehybrid": "an SDPA mask that ignores the packed rows' position_ids",
+    # granitemoehybrid packs: its Mamba-2 layers and its attention (whose mask ignores the packed rows' position_ids)
+    # both run once per packed sample (compat.HYBRID_MIXERS / HYBRID_ATTENTION)
     "kimi_linear": "Kimi Delta Attention", "jamba": "Mamba layers", "bamba": "Mamba-2 layers",
     "zamba2": "Mamba-2 layers", "mamba": "state-space layers", "mamba2": "state-space layers",
     "falcon_mamba": "state-space layers", "recurrent_gemma": "recurrent layers",
@@ -258,7 +257,8 @@ PRESETS_2026: tuple[Preset, ...] = (
     Preset("granite-4.0-h-tiny", "Granite-4", "ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny", 6.9,
            "Granite (<|start_of_role|>role<|end_of_role|> ... <|end_of_text|>); <tool_call> JSON",
            ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj", "out_proj", "input_linear", "output_linear"),
-           notes="hybrid Mamba-2 MoE, 1B active: packing pads (SDPA mask). " + _UNVERIFIED_MS, tool_parser="hermes",
+           notes="hybrid Mamba-2 MoE, 1B active: packs (mixers and attention per sample). " + _UNVERIFIED_MS,
+           tool_parser="hermes",
            model_type="granitemoehybrid", active_params_b=1.0),
     Preset("phi-4", "Phi-4", "LLM-Research/phi-4", "microsoft/phi-4", 14.7,
            "ChatML with <|im_sep|>; no tools (default tool format applies)", ("qkv_proj", "o_proj", "gate_up_proj",

@@ -11,7 +11,7 @@ from swiftbox.catalog import presets as registry
 from tests.support.packing_exact import ROW_LENGTHS, check, packed_batch, rows, tiny_model
 
 PER_SAMPLE = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "lfm2", "lfm2_moe", "falcon_h1",
-              "nemotron_h"]
+              "nemotron_h", "granitemoehybrid"]
 
 
 @pytest.mark.parametrize("model_type", PER_SAMPLE)
@@ -35,10 +35,23 @@ def test_transformers_alone_does_not_keep_packed_samples_apart():
     assert all(o in ("refused", "leaks") for o in outcomes.values()), outcomes
 
 
-def test_granite_hybrid_mixers_are_exact_but_its_sdpa_mask_leaks():
-    assert check("granitemoehybrid", attn="sdpa_varlen").outcome == "exact"
-    assert check("granitemoehybrid").outcome == "leaks"
-    assert registry.packing_policy("granitemoehybrid") == "padding"
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "sdpa_varlen"])
+def test_granite_packs_exactly_on_every_attention_kernel(attn):
+    """Granite 4's causal mask ignores the packed rows' position_ids: its attention runs once per packed sample too
+    (compat.HYBRID_ATTENTION), on the masked kernels (sdpa: CUDA without flash-attn, NPU; eager) as on sdpa_varlen."""
+    verdict = check("granitemoehybrid", attn=attn)
+    assert verdict.outcome == "exact" and verdict.cross_grad == 0.0, verdict
+
+
+def test_granite_attention_alone_leaks_across_packed_samples():
+    """Only the Mamba-2 mixers per sample (the attention left as transformers runs it): the samples leak."""
+    model_type = "granitemoehybrid"
+    saved = compat.HYBRID_ATTENTION.pop(model_type)
+    try:
+        verdict = check(model_type)
+    finally:
+        compat.HYBRID_ATTENTION[model_type] = saved
+    assert verdict.outcome == "leaks" and verdict.cross_grad > 1e-3, verdict
 
 
 def test_mixer_runs_once_per_sample_and_unwraps(monkeypatch):
@@ -75,3 +88,7 @@ def test_mixer_classes_exist_with_the_forward_signature_the_patch_expects():
     for model_type, cls in compat.hybrid_mixer_classes().items():
         params = list(inspect.signature(cls.forward).parameters)
         assert params[:4] == ["self", "hidden_states", "cache", "attention_mask"], (model_type, params)
+    for module, name in compat.HYBRID_ATTENTION.values():    # the call compat._per_sample_attention makes
+        cls = getattr(__import__(f"transformers.models.{module}.modeling_{module}", fromlist=[name]), name)
+        params = list(inspect.signature(cls.forward).parameters)
+        assert params[:5] == ["self", "hidden_states", "attention_mask", "cache", "position_embeddings"], params

@@ -15,9 +15,9 @@ NEW_FAMILIES = {"Qwen3.5", "Qwen3.5-MoE", "Qwen3-Next", "Gemma-3", "Gemma-4", "g
                 # issue 42
                 "DeepSeek-V4", "Seed-OSS", "MiniMax-M2", "Hunyuan-3", "Apertus", "Nemotron-H", "LFM2.5", "ERNIE-4.5",
                 "GLM-5"}
-# linear attention / Mamba / convolutions that still pad: Granite-4's SDPA mask ignores the packed rows' position_ids
-# (the other hybrids' mixers run once per packed sample: tests/unit/test_hybrid_packing.py)
-HYBRID = {"Granite-4"}
+# linear attention / Mamba / convolutions that still pad: none of the presets' (their mixers - and Granite-4's
+# attention, whose mask ignores the packed rows' position_ids - run once per packed sample: test_hybrid_packing.py)
+HYBRID: set[str] = set()
 # attention-only families whose packed batch is still not exact in transformers
 # (measured: tests/unit/test_packing_exact.py)
 ATTENTION_NOT_EXACT = {"gpt-oss", "GLM-5"}    # GLM-5: its sparse-attention indexer picks keys across packed rows

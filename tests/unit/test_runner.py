@@ -184,8 +184,8 @@ def _model_dir(path, **config):
     (lambda d: _model_dir(d, model_type="qwen2", quantization_config={"quant_method": "gptq"}), {},
      "UserError", "gptq-quantized export cannot be fine-tuned"),
     (lambda d: _model_dir(d, model_type="mistral3"), {}, "Unsupported", "cannot be trained here"),
-    (lambda d: _model_dir(d, model_type="granitemoehybrid"), {"packing": True}, "UserError",
-     "packing: true on granitemoehybrid"),
+    (lambda d: _model_dir(d, model_type="jamba"), {"packing": True}, "UserError",
+     "packing: true on jamba"),
 ])
 def test_input_dependent_refusals_come_before_the_output_exists(tmp_path, make, step, cls, words):
     """The real sft step: what the input model cannot take is refused by check, so no <out>.partial is made."""
