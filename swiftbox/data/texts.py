@@ -4,8 +4,9 @@ training rows:
 
 - `pack`: documents tokenized, joined with the tokenizer's eos and cut into fixed blocks of `block_size`
   tokens (the last block may be shorter); every token is a label (no masks);
-- `one_per_row`: one document per row, truncated to `block_size` (the collator pads) - for model types on which
-  packing is not exact (catalog.presets.packing_policy).
+- `one_per_row`: one document per row, truncated to `block_size` (the collator pads) - for the model types the
+  registry lists as not packing exactly (catalog.presets.PACKING_NOT_EXACT: Mamba-only and state-space families,
+  Kimi-Linear, gpt-oss, GLM-5, custom code); the hybrids whose mixers run per packed sample pack.
 
 Everything here is a generator over the files, so the streaming path holds one document (or one block) at a
 time; the in-memory path just lists it. Nothing here imports torch.

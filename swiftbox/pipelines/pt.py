@@ -2,9 +2,12 @@
 
 The flow: read the documents (.txt paragraphs, jsonl `text`, directories of them; lazily with streaming) ->
 load the model as sft does -> tokenize each document, end it with the tokenizer's eos and pack the stream into
-blocks of `block_size` tokens, every token a label (no masks). Model types on which packing is not exact
-(linear attention / state-space / convolution layers, catalog.presets.packing_policy) get one document per
-row instead, cut to `block_size` and padded - the step says which at its start. Perplexity on a held-out slice
+blocks of `block_size` tokens, every token a label (no masks). The model types the registry lists as not packing
+exactly (catalog.presets.PACKING_NOT_EXACT: Jamba / Bamba / Zamba2 and pure state-space models, Kimi-Linear,
+gpt-oss, GLM-5's sparse attention, custom-code families) get one document per row instead, cut to `block_size` and
+padded - the step says which at its start. The hybrid families whose mixers swiftbox runs per packed sample
+(Qwen3.5, Qwen3-Next, OLMo-hybrid, LFM2, Falcon-H1, Nemotron-H, Granite 4: compat.hybrid_mixers_per_sample) pack.
+Perplexity on a held-out slice
 (eval_dataset, else the first `heldout` documents, never trained on) is measured before and after training and
 goes into the manifest.
 """
