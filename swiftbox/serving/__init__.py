@@ -4,7 +4,7 @@ Laid out like vLLM's entrypoints: one folder per API family (its pydantic reques
 route, how its answer is rendered onto the wire), all over one typed engine seam.
 
     openai/        chat and text completions: protocol.py, routes.py, render.py (bodies + SSE), logprobs.py,
-                   read.py (an OpenAI answer read back: JSON -> Output, SSE -> typed events)
+                   read.py (an OpenAI SSE answer read back into typed events: the vLLM relay's)
     anthropic/     Messages: protocol.py, translate.py (onto the chat request), route.py, render.py (SSE events)
     responses/     Responses: protocol.py, translate.py, store.py (previous_response_id, GET, DELETE,
                    input_items), route.py, render.py (the Response object + its typed events)
@@ -16,7 +16,8 @@ route, how its answer is rendered onto the wire), all over one typed engine seam
     backend.py     the Backend protocol: what every engine offers the routes
     events.py      the typed engine event stream (text / reasoning / tool-call deltas, token logprobs, finish,
                    usage): what an engine produces for one request; every family renders it in its wire format
-    answer.py      Output: one finished choice, engine-neutral (every family renders from it)
+    answer.py      Output: one finished choice, engine-neutral (every family renders from it); gathered
+                   (an answer's typed events as one Output: a translated family's whole body)
     onto_chat.py   what the Messages / Responses translations share on their way onto the chat request
     builtin/       the built-in engine: backend.py (requests -> engine), engine.py (the scheduler thread),
                    prefill.py, sampling.py, constrained.py, adapter_slots.py, textstream.py

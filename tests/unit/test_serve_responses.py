@@ -164,3 +164,46 @@ def test_completion_body_and_model_list():
     assert body.model_dump()["choices"] == [{"index": 0, "text": "ab", "logprobs": None, "finish_reason": "length"}]
     listed = model_list(["base", "tuned"]).model_dump()["data"]
     assert [(m["id"], m["root"], m["parent"]) for m in listed] == [("base", "base", None), ("tuned", "base", "base")]
+
+
+def test_an_event_stream_gathered_whole_and_a_client_gone_closes_it():
+    """answer.gathered: choice 0's deltas joined into one Output (calls with their arguments, the stop string),
+    a Failed event raised, and a client that went away gets None while the stream is closed (its sequences freed)."""
+    import asyncio
+
+    import pytest
+
+    from swiftbox.serving.answer import gathered
+
+    class Client:
+        def __init__(self, gone: bool):
+            self.gone = gone
+
+        async def is_disconnected(self) -> bool:
+            return self.gone
+
+    async def answer(stream, wait: float = 0.0):
+        for e in stream:
+            await asyncio.sleep(wait)
+            yield e
+
+    stream = [ev.Started(1), ev.ReasoningDelta(0, "r"), ev.TextDelta(0, "a"), ev.TextDelta(0, "b"),
+              ev.ToolCallDelta(0, 0, "c1", "f"), ev.ToolCallDelta(0, 0, arguments='{"x"'),
+              ev.ToolCallDelta(0, 0, arguments=": 1}"), ev.Finish(0, "stop", "END"), ev.Done(usage(2, 3))]
+    o, used = asyncio.run(gathered(answer(stream), Client(False)))
+    assert (o.text, o.reasoning, o.finish_reason, o.stop_reason) == ("ab", "r", "stop", "END")
+    assert o.tool_calls == [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]
+    assert used.total_tokens == 5
+    with pytest.raises(ApiError, match="boom"):
+        asyncio.run(gathered(answer([ev.Started(1), ev.Failed(ApiError(503, "boom"))]), Client(False)))
+    closed = []
+
+    async def slow():
+        try:
+            while True:
+                await asyncio.sleep(0.05)
+                yield ev.TextDelta(0, "x")
+        finally:
+            closed.append(True)
+
+    assert asyncio.run(gathered(slow(), Client(True))) is None and closed == [True]

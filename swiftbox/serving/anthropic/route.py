@@ -1,8 +1,8 @@
 """POST /v1/messages and /v1/messages/count_tokens (Anthropic Messages API): validated by MessagesRequest,
 translated onto the chat request (translate.to_chat) and answered by the backend's chat path; the answer is shaped
-back by render.MessagesBuilder (a stream: rendered from the typed engine events, events.py). Errors on these paths
-are in Anthropic's shape (errors.py). An engine with its own /v1/messages (vLLM) is handed the request as sent
-(Backend.native)."""
+back by render.MessagesBuilder from the typed engine events (events.py: rendered as they stream, or gathered
+whole). Errors on these paths are in Anthropic's shape (errors.py). An engine with its own /v1/messages (vLLM) is
+handed the request as sent (Backend.native)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
 from swiftbox.serving import fields
+from swiftbox.serving.answer import gathered
 from swiftbox.serving.anthropic import translate
 from swiftbox.serving.anthropic.protocol import CountTokensRequest, MessagesRequest
 from swiftbox.serving.anthropic.render import MessagesBuilder
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.openai.read import whole
 from swiftbox.serving.protocol import raw_body
 from swiftbox.serving.render import rendered
 from swiftbox.serving.routes import backend_of, check_model
@@ -54,12 +54,12 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         return relayed
     chat = translate.to_chat(body)
     bodies = MessagesBuilder(body.model)
-    if not body.stream:
-        answer = await backend.chat(chat, request)
-        if answer.status_code == 499:        # the client went away
-            return answer
-        return JSONResponse(bodies.message(*whole(answer)))
     events = await backend.chat_events(chat, request)
+    if not body.stream:
+        found = await gathered(events, request)
+        if found is None:        # the client went away
+            return Response(status_code=499)
+        return JSONResponse(bodies.message(*found))
     return StreamingResponse(rendered(bodies, events), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

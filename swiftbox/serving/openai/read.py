@@ -1,11 +1,10 @@
-"""An OpenAI chat answer read back: a JSON answer as (Output, Usage) (`whole`: the translated families' whole
-answers), an SSE answer as the typed engine event stream (`events`: the vLLM relay's stream, events.py)."""
+"""An OpenAI chat answer read back: its SSE stream as the typed engine event stream (`events`, events.py: what
+the vLLM relay's chat stream becomes for the families that render events), an error body as an ApiError."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
-from swiftbox.serving.answer import Output
 from swiftbox.serving.errors import ApiError
 from swiftbox.serving.events import (
     Done,
@@ -20,29 +19,12 @@ from swiftbox.serving.events import (
 )
 from swiftbox.serving.protocol import usage
 
-if TYPE_CHECKING:
-    from starlette.responses import Response
-
-    from swiftbox.serving.protocol import Usage
-
 
 def error(status: int, data: Any) -> ApiError:
     err = data.get("error") if isinstance(data, dict) else None
     found = err if isinstance(err, dict) else {}
     kind = found.get("type") or ("invalid_request_error" if found else "server_error")
     return ApiError(status if 400 <= status < 500 else 503, str(found.get("message") or data)[:1000], type=kind)
-
-
-def whole(response: Response) -> tuple[Output, Usage]:
-    """The first choice and the usage of a JSON chat answer (an error answer raises it as ApiError)."""
-    data = json.loads(bytes(response.body))
-    if response.status_code != 200:
-        raise error(response.status_code, data)
-    choice, u = data["choices"][0], data["usage"]
-    msg = choice["message"]
-    return (Output(0, msg.get("content"), choice.get("finish_reason"), msg.get("reasoning_content"),
-                   list(msg.get("tool_calls") or []), stop_reason=choice.get("stop_reason")),
-            usage(u["prompt_tokens"], u["completion_tokens"]))
 
 
 async def events(body: AsyncIterator[Any]) -> AsyncIterator[Event]:

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
 from swiftbox.serving import fields
+from swiftbox.serving.answer import gathered
 from swiftbox.serving.errors import ApiError
-from swiftbox.serving.openai.read import whole
 from swiftbox.serving.protocol import raw_body
 from swiftbox.serving.render import rendered
 from swiftbox.serving.responses import translate
@@ -63,15 +63,14 @@ async def create(body: ResponsesRequest, request: Request) -> Response:
             store.put(bodies.id, body.model, convo + translate.items_to_messages(response["output"]),
                       response=response, input_items=translate.input_items(body.input))
 
+    events = await backend.chat_events(chat, request)
     if not body.stream:
-        answer = await backend.chat(chat, request)
-        if answer.status_code == 499:        # the client went away
-            return answer
-        output, used = whole(answer)
-        result = bodies.whole(output, used)
+        found = await gathered(events, request)
+        if found is None:        # the client went away
+            return Response(status_code=499)
+        result = bodies.whole(*found)
         keep(result)
         return JSONResponse(result)
-    events = await backend.chat_events(chat, request)
     return StreamingResponse(rendered(bodies, events, on_end=lambda items: keep(bodies.final)),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
