@@ -278,3 +278,19 @@ def test_every_exported_name_is_defined():
                 continue
             missing.append(f"{mod}.{name}")
     assert missing == []
+
+
+def test_a_public_surface_loads_nothing_heavy_until_asked():
+    """The packages' lazy exports keep their submodules cheap: importing one (or the surface itself) loads no torch;
+    asking the surface for a heavy name does."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport swiftbox.training.model, swiftbox.modeling.adapter_file, swiftbox.catalog.presets\n"
+            "import swiftbox.training, swiftbox.modeling, swiftbox.catalog, swiftbox.serving, swiftbox.pipelines\n"
+            "print('torch' in sys.modules)\nfrom swiftbox.training import dropout_a_forward\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.stdout.split() == ["False", "True"], done.stderr[-2000:]
