@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     from swiftbox.modeling import torch_dtype
     from swiftbox.pipelines import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.training import lora_config
+    from swiftbox.training import describe_batching, lora_config
 
     platform = current_platform(opts.device)
     platform.training_memory()                  # as the training flow does before the model loads
@@ -269,8 +269,13 @@ def main(argv: list[str] | None = None) -> None:
     ctx = SimpleNamespace(platform=platform)
     work = Path(tempfile.mkdtemp(prefix="bench-sft-"))
 
+    # swiftbox's side attends as the training step loads it (load_for_training: the platform's kernel for its
+    # batching - packed rows per sample on the CPU and on CUDA without flash-attn); the baseline keeps SDPA
+    attn = platform.attn_implementation(describe_batching(cfg, platform, "qwen2") == "packing")
+
     def swiftbox_trainer(timer):
         model = get_peft_model(copy.deepcopy(base), lora_config(cfg))
+        model.get_base_model().set_attn_implementation(attn)
         return make_trainer(cfg, ctx, dtype, model, tokenizer, rows, None, work / "swiftbox", [timer])
 
     def baseline_trainer(timer):
@@ -305,7 +310,8 @@ def main(argv: list[str] | None = None) -> None:
         "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "targets": cfg.lora.targets},
         "rows": len(rows), "len_min": min(lengths), "len_mean": round(sum(lengths) / len(lengths), 1),
         "len_max": max(lengths), "batch": opts.batch, "steps": opts.steps,
-        "flops_per_token": flops, "swiftbox": ours, "baseline": theirs,
+        "flops_per_token": flops, "attn_implementation": {"swiftbox": attn, "baseline": "sdpa"},
+        "swiftbox": ours, "baseline": theirs,
         "ratio": round(ours["tokens_per_s"] / max(theirs["tokens_per_s"], 1e-9), 2),
     }
     print(json.dumps(result))
