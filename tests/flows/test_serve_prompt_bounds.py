@@ -127,3 +127,17 @@ def test_a_template_bomb_is_stopped_while_it_renders(trusting, where):
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
     assert peak < 16 << 20, f"peak {peak >> 20} MB while refusing a template bomb"
     assert chat(trusting).status_code == 200
+
+
+def test_one_expression_that_would_build_a_gigabyte_is_refused_before_it_exists(trusting):
+    """`'x' * 10**9` is one jinja expression: no loop for the output cap to stop; the sized sandbox the templates
+    compile in (compat._sized_sandbox) refuses it under the request's bound before the string exists."""
+    tracemalloc.start()
+    try:
+        r = chat(trusting, chat_template="{{ 'x' * 10**9 }}")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert peak < 16 << 20, f"peak {peak >> 20} MB while refusing a one-expression bomb"
+    assert chat(trusting).status_code == 200
