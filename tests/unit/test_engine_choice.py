@@ -57,9 +57,9 @@ def test_no_record_keeps_builtin_and_names_the_command():
 
 def test_records_are_keyed_by_model_dtype_cpu_cores_and_build(tmp_path):
     path = tmp_path / "serve-engines.json"
-    saved = ec.save_record("SmolLM2-135M-Instruct", "float32", builtin={"1": 3.3, "8": 4.0}, vllm={"1": 17.1, "8": 97.1},
-                    streams=8, load=[5.1, 4.3, 5.5], threads="threads: 1 of 2 cores", vllm_build=BUILD, box=BOX,
-                    path=path)
+    saved = ec.save_record("SmolLM2-135M-Instruct", "float32", builtin={"1": 3.3, "8": 4.0},
+                           vllm={"1": 17.1, "8": 97.1}, streams=8, load=[5.1, 4.3, 5.5],
+                           threads="threads: 1 of 2 cores", vllm_build=BUILD, box=BOX, path=path)
     assert saved["load"] == [4.3, 5.5] and saved["measured"].endswith("UTC")
     found = ec.find_record("smollm2-135m-instruct", "float32", BUILD, box=BOX, path=path)
     assert found is not None and found["vllm"]["8"] == 97.1
