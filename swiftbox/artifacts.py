@@ -42,6 +42,21 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
     return data
 
 
+def lineage(ref: str) -> list[dict]:
+    """Manifests from the artifact dir `ref` back to the first artifact (nearest first; [] for a hub name)."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    current: str | None = ref
+    while current and Path(current).is_dir() and current not in seen:
+        seen.add(current)
+        manifest = read_manifest(current)
+        if manifest is None:
+            break
+        out.append(manifest)
+        current = manifest.get("input")
+    return out
+
+
 def write_json_atomic(file: str | os.PathLike, data: Any) -> None:
     """Write JSON to a temp file beside `file`, fsync, rename: readers never see half a file."""
     file = Path(file)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar
 
-from swiftbox.artifacts import read_manifest
+from swiftbox.artifacts import lineage
 from swiftbox.device import Platform
 from swiftbox.errors import SwiftboxError
 
@@ -93,18 +93,9 @@ class StepContext:
         return self.plan
 
     def lineage(self) -> list[dict]:
-        """Manifests from the input back to the first artifact (nearest first)."""
-        out: list[dict] = []
-        seen: set[str] = set()
-        ref: Optional[str] = self.input
-        while ref and Path(ref).is_dir() and ref not in seen:
-            seen.add(ref)
-            manifest = read_manifest(ref)
-            if manifest is None:
-                break
-            out.append(manifest)
-            ref = manifest.get("input")
-        return out
+        """Manifests from the input back to the first artifact (nearest first): swiftbox.artifacts.lineage, which
+        a step's check calls on its `input` before any context exists."""
+        return lineage(self.input)
 
     def dtype(self, requested: Optional[str]) -> str:
         return self.platform.resolve_dtype(requested)

@@ -65,7 +65,8 @@ class QuantMethod:
     install: Optional[tuple[str, str]] = None   # (why, instead) when that package is more than `pip install`
     whole_step: bool = False                    # writer is run(cfg, ctx) -> StepResult, measuring and gating itself;
     #                                             else write(cfg, spec, ctx, tokenizer, calib, dtype, group_size) ->
-    #                                             facts, inside the shared flow that measures and gates (quantize/)
+    #                                             facts, inside the shared flow that measures and gates
+    #                                             (export/checkpoint.py)
     calibrated: bool = False                    # needs calibration rows (and a group size that divides every layer)
     sixteen_bit: bool = False                   # its kernels compute in 16-bit: the export loads in bf16/fp16
     layouts: Mapping[int, Layout] = field(default_factory=dict)   # bits -> stored layout the quality gate inspects
@@ -75,6 +76,9 @@ class QuantMethod:
     builtin_dequantizes: bool = False           # where the device lacks `feature`, the built-in engine still runs
     #                                             an export, dequantized to bf16 by transformers
     types: Mapping[str, int] = field(default_factory=dict)   # named types that carry the bits (gguf: --type)
+    checker: str = "swiftbox.export.checks:check_checkpoint"    # "module:function": checker(cfg, input) -> the
+    #                                             step's plan; every refusal of the input (exit 2/3), run by the
+    #                                             step's check before anything is written
 
     def tolerance(self, bits: int) -> dict[str, float]:
         """The gate's bounds for `bits`: the row of the largest bits not above it (else the smallest row)."""
@@ -140,7 +144,8 @@ GGUF = QuantMethod(
     install=("llama.cpp's Python bindings (llama-cpp-python, built from source) are not installed",
              "SWIFTBOX_EXTRAS=quant,serve,dev,gguf ./install.sh (builds llama.cpp once, about 10-25 min on 2 cores), "
              "or python -m swiftbox.export.llamacpp.setup; --method gptq/awq/bnb need no build"),
-    writer=WRITERS + "gguf_adapter:run_step", whole_step=True, tolerances=GGUF_TOLERANCES,
+    writer=WRITERS + "gguf_adapter:run_step", checker=WRITERS + "gguf_adapter:check", whole_step=True,
+    tolerances=GGUF_TOLERANCES,
     loads_with=(Loader("llama.cpp"), Loader("ollama"), Loader("lm-studio")), engines=("llama.cpp",),
     # llama.cpp's type names (lower case) and the bits each is gated as; --bits alone picks the first of its bits
     types={"f16": 16, "bf16": 16, "q8_0": 8, "q6_k": 6, "q5_k_m": 5, "q4_k_m": 4})

@@ -15,15 +15,16 @@ BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "toy_corpus.txt"
 MAX_HELD_OUT = 32
 
 
-def calibration_files(cfg, ctx) -> tuple[list[Path], str]:
-    """(files, where they came from): the user's dataset, the lineage's training data, or bundled text."""
+def calibration_files(cfg, manifests: list[dict]) -> tuple[list[Path], str]:
+    """(files, where they came from): the user's dataset, the training data the input's lineage (`manifests`,
+    swiftbox.artifacts.lineage) names, or bundled text."""
     if cfg.dataset:
         path = _data_path(cfg.dataset)
         if not path.is_file():
             raise UserError(f"quantize.dataset: calibration file {cfg.dataset} not found; expected a .jsonl/.json/.txt "
                             "file")
         return [path], "dataset"
-    named = lineage_datasets(ctx.lineage())
+    named = lineage_datasets(manifests)
     if named:
         found = [p for p in (_data_path(n) for n in named) if p.is_file()]
         if not found:
@@ -56,7 +57,9 @@ def _data_path(name: str) -> Path:
 
 
 def read_texts(files: list[Path], tokenizer) -> list[str]:
-    """Calibration texts: chat rows rendered with the tokenizer's template, plain rows and lines as they are."""
+    """Calibration texts: chat rows rendered with the tokenizer's template, plain rows and lines as they are.
+    `tokenizer=None` (the step's check, before any model is loaded) validates the files the same way: bad JSON or
+    no usable row is refused there, with the same line."""
     texts: list[str] = []
     for file in files:
         raw = file.read_text(encoding="utf-8", errors="replace")

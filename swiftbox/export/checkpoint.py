@@ -12,15 +12,8 @@ from pathlib import Path
 
 from swiftbox import quant_methods
 from swiftbox.contract import StepContext, StepResult
-from swiftbox.export.calibration import (
-    calibration_files,
-    fit_group_size,
-    layer_widths,
-    read_texts,
-    split_held_out,
-    tokenize,
-)
-from swiftbox.export.checks import check_input
+from swiftbox.export.calibration import fit_group_size, layer_widths, read_texts, split_held_out, tokenize
+from swiftbox.export.checks import ExportPlan
 from swiftbox.export.quality import QualityGateFailed
 from swiftbox.steps import QuantizeStep
 
@@ -44,9 +37,9 @@ def loaders(method: str) -> list[str]:
     return quant_methods.get(method).loaders()
 
 
-def run(cfg: QuantizeStep, ctx: StepContext, dtype: str) -> StepResult:
-    """Export `ctx.input` into `ctx.work_dir` computing in `dtype` (the step's dtype plan); the input was checked by
-    the step's `check`."""
+def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+    """Export the model the step's check resolved (`ctx.plan`, an ExportPlan: source, calibration files, dtypes)
+    into `ctx.work_dir`, computing in the plan's dtype; nothing here re-checks the input."""
     import gc
 
     from swiftbox import parity as P
@@ -54,8 +47,11 @@ def run(cfg: QuantizeStep, ctx: StepContext, dtype: str) -> StepResult:
     from swiftbox.modeling.loading import load_model, load_tokenizer, resolve_spec, torch_dtype
 
     method = quant_methods.get(cfg.method)
-    spec = check_input(ctx.input)
-    files, origin = calibration_files(cfg, ctx)
+    planned = ctx.plan_as(ExportPlan)
+    spec, files = planned.source, list(planned.calibration)
+    if planned.dtypes is None:
+        raise TypeError("quantize: the plan carries no dtype plan (run the step through the runner)")
+    dtype = planned.dtypes.compute   # the export's compute dtype; the source is measured in the same one
     pairs = []
     if cfg.eval_dataset:
         from swiftbox import data
@@ -111,9 +107,9 @@ def run(cfg: QuantizeStep, ctx: StepContext, dtype: str) -> StepResult:
                                 f"{'; '.join(broken)}; nothing was written (tolerances: docs/export.md, "
                                 "or set quantize.tolerance.*)")
     quantization = {"method": cfg.method, "bits": cfg.bits, **facts, "tolerances": tol,
-                    "calibration": [str(f) for f in files], "calibration_source": origin,
+                    "calibration": [str(f) for f in files], "calibration_source": planned.calibration_source,
                     "held_out_disjoint": disjoint, "loads_with": loaders(cfg.method)}
     if note:
         quantization["note"] = note
     return StepResult(metrics=metrics, info={"artifact": "model", "quantization": quantization,
-                                             "source_model": str(spec.base), "dtype": dtype})
+                                             "source_model": str(spec.base)})

@@ -2,27 +2,33 @@
 (llama.cpp / Ollama, with the `gguf` extra), each proven with numbers and gated (past a tolerance the step fails,
 exit 1, and nothing is written).
 
-This module only orders the step: `check` refuses (device, input), `run` hands the work to the export wing -
-swiftbox/export/checkpoint.py around the method's writer, or a whole-step writer (gguf) that measures itself.
+This module only orders the step: `check` refuses (device, then the input by the method's check in the export wing)
+and returns the plan `run` reads (`ctx.plan`: the checked source, the calibration files, the dtypes); `run` hands
+the work to swiftbox/export/checkpoint.py around the method's writer, or to a whole-step writer (gguf) that measures
+itself. Nothing is checked twice.
 What each method is (capability, writer, calibration, layout, tolerances, loaders) is its record in
 swiftbox/quant_methods.py; this module names no method. The map of swiftbox/export/ is that package's docstring.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from swiftbox import quant_methods
 from swiftbox.contract import StepContext, StepResult, declare
 from swiftbox.device import Platform
-from swiftbox.export.checks import check_input
+from swiftbox.export.checks import ExportPlan
 from swiftbox.steps import QuantizeStep
 
 
-def check(cfg: QuantizeStep, platform: Platform, input: str) -> None:
-    """Refusals that need only the device (exit 3 with the alternative), and an input these writers cannot take (an
-    adapter, an export already quantized: exit 2; a whole-step writer such as gguf checks its input itself)."""
+def check(cfg: QuantizeStep, platform: Platform, input: str) -> Optional[ExportPlan]:
+    """Every refusal before anything is written: the device (exit 3 with the alternative), then the input by the
+    method's own check (its record's `checker`: an adapter, an export already quantized, calibration data, the
+    GGUF architecture and LoRA limits - exit 2/3). Returns what that check resolved; the runner adds the dtypes."""
     method = quant_methods.get(cfg.method)
     platform.require(method.feature)
-    if input and not method.whole_step:
-        check_input(input)
+    if not input:
+        return None
+    return quant_methods.resolve(method.checker)(cfg, input)
 
 
 def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
@@ -34,13 +40,14 @@ def dtype_plan(cfg: QuantizeStep, ctx: StepContext):
 
 
 def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+    """The writer on the plan check made (`ctx.plan`): a whole-step writer (gguf) measures and gates itself, the
+    others run inside export/checkpoint.py's measured flow."""
     from swiftbox.export import checkpoint
 
-    check(cfg, ctx.platform, ctx.input)
     method = quant_methods.get(cfg.method)
-    if method.whole_step:   # its writer measures and gates itself (gguf: in llama.cpp)
+    if method.whole_step:
         return quant_methods.resolve(method.writer)(cfg, ctx)
-    return checkpoint.run(cfg, ctx, dtype_plan(cfg, ctx).compute)
+    return checkpoint.run(cfg, ctx)
 
 
 PIPELINE = declare("quantize", QuantizeStep, produces_model=True, check=check, run=run, dtypes=dtype_plan)

@@ -311,16 +311,13 @@ def test_pre_tokenizer_is_named_only_when_tokenizer_json_shows_one_llamacpp_has(
 
 
 def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monkeypatch):
-    from swiftbox.contract import StepContext
     from swiftbox.errors import Unsupported, UserError
-    from swiftbox.export.writers import gguf as gguf_writer
     from swiftbox.export.writers import gguf_adapter
     from swiftbox.steps import QuantizeStep
 
     lora = make_adapter(toy_dir, tmp_path / "lora")
-    ctx = StepContext("r", "quantize", 0, str(lora), tmp_path / "out.partial", tmp_path / "out", platform=None)
     with pytest.raises(UserError, match="merge first.*--adapter-only"):
-        gguf_writer.run(QuantizeStep(method="gguf"), ctx)
+        gguf_adapter.check(QuantizeStep(method="gguf"), str(lora))
     with pytest.raises(UserError, match="is a full model, not a LoRA adapter"):
         gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(toy_dir))
     with pytest.raises(UserError, match="type q4_k_m is not available for a GGUF LoRA"):
@@ -332,6 +329,72 @@ def test_adapter_inputs_are_refused_with_the_way_forward(tmp_path, toy_dir, monk
     with pytest.raises(Unsupported, match="DoRA.*merge it"):
         gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(dora))
     assert gguf_adapter.check_adapter(QuantizeStep(method="gguf", adapter_only=True), str(lora)).adapters == [lora]
+
+
+@pytest.fixture
+def gguf_here(tmp_path, monkeypatch):
+    """This machine as one with the gguf extra, for the step's check alone: an importable (empty) `llama_cpp` and a
+    llama.cpp tree whose converter table lists `archs` (nothing here converts or runs a model)."""
+    fake = tmp_path / "site"
+    (fake / "llama_cpp").mkdir(parents=True)
+    (fake / "llama_cpp" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(fake))
+
+    def with_archs(*archs: str) -> Path:
+        folder = tmp_path / f"tree-{len(archs)}-{'-'.join(archs)}"
+        if not folder.exists():
+            _tree(folder, list(archs))
+        monkeypatch.setenv("SWIFTBOX_LLAMA_CPP_DIR", str(folder))
+        return folder
+
+    return with_archs
+
+
+def test_every_gguf_input_refusal_comes_before_any_output(tmp_path, toy_dir, gguf_here, monkeypatch):
+    """The gguf method's input refusals live in the step's check: each exits 2/3 through the runner with neither
+    <out> nor <out>.partial created and the writer never called, and the same refusal comes from the pipeline's
+    check alone, with no step context."""
+    import swiftbox as sb
+    from swiftbox.device import current_platform
+    from swiftbox.errors import Unsupported, UserError
+    from swiftbox.export.writers import gguf_adapter
+    from swiftbox.pipelines import load_pipeline
+    from swiftbox.steps import QuantizeStep
+
+    def reached(cfg, ctx):
+        raise AssertionError(f"run reached for {ctx.input} (its refusal belongs to check)")
+
+    monkeypatch.setattr(gguf_adapter, "run_step", reached)
+
+    lora = make_adapter(toy_dir, tmp_path / "lora")
+    dora = tmp_path / "dora"
+    shutil.copytree(lora, dora)
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 12)
+    gguf_here("Qwen2ForCausalLM")
+    cases = [   # (input, settings, the refusal, its exit code)
+        (str(lora), {}, "is an adapter, not a full model; merge first", 2),
+        (str(toy_dir), {"adapter_only": True}, "is a full model, not a LoRA adapter", 2),
+        (str(lora), {"adapter_only": True, "type": "q4_k_m"}, "type q4_k_m is not available for a GGUF LoRA", 2),
+        (str(dora), {"adapter_only": True}, "cannot be a GGUF LoRA: .*DoRA", 3),
+        (str(toy_dir), {"dataset": str(tmp_path / "nope.jsonl")}, "calibration file .*nope.jsonl not found", 2),
+        (str(broken), {}, "broken.gguf: not a readable GGUF file", 2),
+        (str(toy_dir), {"unknown_arch": True}, "does not know the architecture Qwen2ForCausalLM", 3),
+        (str(lora), {"adapter_only": True, "unknown_arch": True}, "does not know the architecture Qwen2ForCausalLM",
+         3),
+    ]
+    for i, (ref, settings, refusal, code) in enumerate(cases):
+        settings = dict(settings)
+        gguf_here("LlamaForCausalLM") if settings.pop("unknown_arch", False) else gguf_here("Qwen2ForCausalLM")
+        out = tmp_path / f"out{i}"
+        with pytest.raises((UserError, Unsupported), match=refusal) as err:
+            sb.quantize(ref, method="gguf", output=str(out), device="cpu", **settings)
+        assert err.value.exit_code == code, (ref, settings)
+        assert not out.exists() and not out.with_name(out.name + ".partial").exists(), (ref, settings)
+        with pytest.raises((UserError, Unsupported), match=refusal):
+            load_pipeline("quantize").check(QuantizeStep(method="gguf", **settings), current_platform("cpu"), ref)
 
 
 def test_gate_fails_on_tokenizer_disagreement_and_nan():

@@ -134,22 +134,35 @@ def test_refuses_an_already_quantized_model(gptq4, tmp_path):
     assert not (tmp_path / "again").exists()
 
 
-def test_refuses_missing_calibration_data(toy_dir, tmp_path):
+def test_refuses_missing_calibration_data(toy_dir, tmp_path, monkeypatch):
+    """Calibration data is refused by the step's check: no <out>, no <out>.partial, the export never started."""
     import swiftbox as sb
+    from swiftbox.device import current_platform
+    from swiftbox.export import checkpoint
+    from swiftbox.pipelines import load_pipeline
+    from swiftbox.steps import QuantizeStep
 
-    with pytest.raises(UserError, match="calibration file .*nope.jsonl not found"):
-        sb.quantize(str(toy_dir), dataset=str(tmp_path / "nope.jsonl"), output=str(tmp_path / "q1"))
-    # the lineage names training data that is gone
-    model = tmp_path / "model"
+    def reached(cfg, ctx):
+        raise AssertionError("run reached: a calibration refusal belongs to check")
+
+    monkeypatch.setattr(checkpoint, "run", reached)
+    model = tmp_path / "model"          # the lineage names training data that is gone
     shutil.copytree(toy_dir, model)
     (model / "swiftbox.json").write_text(json.dumps({"artifact": "model", "datasets": [str(tmp_path / "gone.jsonl")]}))
-    with pytest.raises(UserError, match="missing calibration data"):
-        sb.quantize(str(model), output=str(tmp_path / "q2"))
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"unrelated": 1}\n')
-    with pytest.raises(UserError, match="no usable rows"):
-        sb.quantize(str(toy_dir), dataset=str(empty), output=str(tmp_path / "q3"))
-    assert not any((tmp_path / n).exists() for n in ("q1", "q2", "q3"))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "one"}\n{"text": \n')
+    cases = [(str(toy_dir), {"dataset": str(tmp_path / "nope.jsonl")}, "calibration file .*nope.jsonl not found"),
+             (str(model), {}, "missing calibration data"),
+             (str(toy_dir), {"dataset": str(empty)}, "no usable rows"),
+             (str(toy_dir), {"dataset": str(broken)}, "broken.jsonl is not valid JSON")]
+    for i, (ref, settings, refusal) in enumerate(cases):
+        with pytest.raises(UserError, match=refusal):
+            sb.quantize(ref, output=str(tmp_path / f"q{i}"), **settings)
+        with pytest.raises(UserError, match=refusal):
+            load_pipeline("quantize").check(QuantizeStep(**settings), current_platform("cpu"), ref)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("q")]
 
 
 def test_refuses_existing_output_without_force(cli, toy_dir, tmp_path):
@@ -174,17 +187,18 @@ def test_npu_refuses_gptq_with_exit_3_and_an_alternative(toy_dir, tmp_path):
 # -- calibration, group size, bnb -----------------------------------------------------------------------------
 
 def test_calibration_sources(toy_dir, tmp_path):
-    from swiftbox.contract import StepContext
-    from swiftbox.device import current_platform
+    from swiftbox.artifacts import lineage
     from swiftbox.export.calibration import BUNDLED, calibration_files, split_held_out
     from swiftbox.steps import QuantizeStep
 
-    ctx = StepContext(recipe="t", kind="quantize", index=0, input=str(toy_dir), work_dir=tmp_path / "w",
-                      output=tmp_path / "o", platform=current_platform("cpu"))
-    assert calibration_files(QuantizeStep(), ctx) == ([BUNDLED], "bundled")
+    assert calibration_files(QuantizeStep(), lineage(str(toy_dir))) == ([BUNDLED], "bundled")
     data = tmp_path / "calib.txt"
     data.write_text("one line\nanother line\n")
-    assert calibration_files(QuantizeStep(dataset=f"{data}#1"), ctx) == ([data], "dataset")
+    assert calibration_files(QuantizeStep(dataset=f"{data}#1"), lineage(str(toy_dir))) == ([data], "dataset")
+    trained = tmp_path / "trained"      # a model whose manifest names its training data: that calibrates
+    trained.mkdir()
+    (trained / "swiftbox.json").write_text(json.dumps({"artifact": "model", "datasets": [f"{data}#5"]}))
+    assert calibration_files(QuantizeStep(), lineage(str(trained))) == ([data], "lineage")
     calib, held, disjoint = split_held_out([f"row {i}" for i in range(40)], samples=100)
     assert disjoint and len(held) == 5 and not set(calib) & set(held) and len(calib) == 35
 

@@ -2,9 +2,11 @@
 (convert_lora_to_gguf.py), GGUF -> k-quant GGUF (llama_model_quantize). Each runs in a child process
 (driver.py) whose output goes to the step's log file; a failure raises with the log's last lines.
 
-Before converting, the refusals that need no conversion: an architecture the converter's table does not list
-(exit 3, naming it and what to use instead), and a BPE tokenizer whose pre-tokenizer neither the converter
-(by its hash list) nor swiftbox (from tokenizer.json, PRE_TOKENIZERS) can name.
+The refusal that needs no conversion, `check_architecture`: an architecture the converter's table does not list
+(exit 3, naming it and what to use instead) - raised by the quantize step's check (export/writers/gguf_adapter.py),
+before anything is written, so the converters here do not ask again. A BPE tokenizer whose pre-tokenizer neither
+the converter (by its hash list) nor swiftbox (from tokenizer.json, `pre_tokenizer_of`) can name fails in the
+converter, with its own message.
 """
 from __future__ import annotations
 
@@ -138,7 +140,6 @@ def _run(args: list[str], log: Path, what: str) -> None:
 def convert_model(model_dir: Path, out: Path, outtype: str, log: Path) -> None:
     """HF model directory -> one GGUF file (outtype f32 | f16 | bf16 | q8_0 | auto)."""
     llama_tree = ensure_tree()
-    check_architecture(model_dir, llama_tree)
     pre = pre_tokenizer_of(model_dir)
     args = ["convert", str(llama_tree)] + (["--pre", pre] if pre else [])
     _run([*args, "--", str(model_dir), "--outtype", outtype, "--outfile", str(out)], log,
@@ -148,7 +149,6 @@ def convert_model(model_dir: Path, out: Path, outtype: str, log: Path) -> None:
 def convert_lora(adapter_dir: Path, base_dir: Path, out: Path, outtype: str, log: Path) -> None:
     """PEFT LoRA adapter -> GGUF LoRA (llama-server --lora, Ollama ADAPTER); the base gives config and names."""
     llama_tree = ensure_tree()
-    check_architecture(base_dir, llama_tree)
     _run(["lora", str(llama_tree), "--", str(adapter_dir), "--base", str(base_dir), "--outtype", outtype,
           "--outfile", str(out)], log, "convert_lora_to_gguf.py")
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from swiftbox import quant_methods
-from swiftbox.artifacts import is_adapter_dir
 from swiftbox.contract import StepContext, StepResult
-from swiftbox.errors import UserError
+from swiftbox.export.checks import ExportPlan
 from swiftbox.export.llamacpp.gguf_file import inspect  # noqa: F401  (the export's tensor check, shared with verify)
 from swiftbox.steps import QuantizeStep
 
@@ -45,10 +46,38 @@ def tolerances(cfg: QuantizeStep) -> dict[str, float]:
     return quality.tolerances(cfg.bits or 8, cfg.tolerance.model_dump(), cfg.method)
 
 
-def _rows(tokenizer, texts: list[str], max_length: int) -> list[dict]:
-    from swiftbox.export.calibration import tokenize
+@dataclass
+class MeasuredInputs:
+    """What both GGUF exports (a whole model here, a LoRA in gguf_adapter.py) measure on: the held-out rows of the
+    planned calibration files, the parity probe, the stop tokens, and every text whose tokenization llama.cpp must
+    reproduce (held-out + probe) with transformers' ids."""
 
-    return tokenize(tokenizer, texts, max_length)
+    tokenizer: Any
+    held_texts: list[str]
+    held: list[dict]
+    disjoint: bool
+    texts: list[str]
+    probe: list[list[int]]
+    stops: set[int]
+    check_texts: list[str]
+    check_ids: list[list[int]]
+
+
+def measured_inputs(cfg: QuantizeStep, spec, planned: ExportPlan) -> MeasuredInputs:
+    """The one preamble of a GGUF export: tokenizer, held-out rows, probe, stops (the input was checked and its
+    calibration files chosen by the step's check: `planned`)."""
+    from swiftbox.export.calibration import read_texts, split_held_out, tokenize
+    from swiftbox.export.llamacpp.runner import stop_ids
+    from swiftbox.modeling.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
+    _calib, held_texts, disjoint = split_held_out(read_texts(list(planned.calibration), tokenizer), cfg.samples)
+    texts, probe = probe_rows(tokenizer)
+    check_texts = held_texts + texts
+    held = tokenize(tokenizer, held_texts, cfg.max_length)
+    return MeasuredInputs(tokenizer=tokenizer, held_texts=held_texts, held=held, disjoint=disjoint, texts=texts,
+                          probe=probe, stops=stop_ids(tokenizer, spec.base), check_texts=check_texts,
+                          check_ids=[tokenizer(t, add_special_tokens=False)["input_ids"] for t in check_texts])
 
 
 def probe_rows(tokenizer) -> tuple[list[str], list[list[int]]]:
@@ -151,28 +180,17 @@ def file_stem(ref: str) -> str:
 
 
 def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
-    """A merged or full model -> GGUF (an adapter alone: gguf_adapter.run_adapter, chosen by quantize's run)."""
+    """The full model checked by the step's check (ctx.plan; gguf_adapter.check) -> GGUF, measured and gated in
+    llama.cpp (an adapter alone: gguf_adapter.run_adapter)."""
     from swiftbox.export import quality
-    from swiftbox.export.calibration import calibration_files, read_texts, split_held_out
-    from swiftbox.export.checks import check_input
     from swiftbox.export.llamacpp import convert, gguf_file
-    from swiftbox.export.llamacpp.runner import stop_ids
-    from swiftbox.modeling.loading import load_model, load_tokenizer
+    from swiftbox.modeling.loading import load_model
 
     started = time.time()
-    if Path(str(ctx.input)).is_dir() and is_adapter_dir(Path(str(ctx.input))):
-        name = Path(str(ctx.input)).name
-        raise UserError(f"quantize: {ctx.input} is an adapter, not a full model; merge first: ./launch.sh merge "
-                        f"{ctx.input} --output {name}-merged, then ./launch.sh quantize {name}-merged --method gguf "
-                        "(or --adapter-only for a GGUF LoRA; in a recipe: put a merge: {} step before quantize)")
-    spec = check_input(ctx.input)
-    convert.check_architecture(spec.base, convert.ensure_tree())   # exit 3 before any heavy work
-    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
-    files, origin = calibration_files(cfg, ctx)
-    _calib, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
-    held = _rows(tokenizer, held_texts, cfg.max_length)
-    texts, probe = probe_rows(tokenizer)
-    stops = stop_ids(tokenizer, spec.base)
+    planned = ctx.plan_as(ExportPlan)
+    spec = planned.source
+    inputs = measured_inputs(cfg, spec, planned)
+    tokenizer, held, probe, stops = inputs.tokenizer, inputs.held, inputs.probe, inputs.stops
 
     t_source = time.time()
     source = load_model(spec, ctx.platform, REFERENCE_DTYPE, trust_remote_code=cfg.trust_remote_code)
@@ -183,7 +201,7 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
     work = Path(ctx.work_dir)
     gguf_type = cfg.type or "q8_0"
-    out = work / f"{file_stem(ctx.input if not cfg.adapter_only else spec.base_ref)}-{gguf_type}.gguf"
+    out = work / f"{file_stem(ctx.input)}-{gguf_type}.gguf"
     log = work / "logs" / "llama.cpp.log"
     from swiftbox.export.llamacpp import TYPES
 
@@ -203,10 +221,8 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     metrics: dict = {"method": "gguf", "type": gguf_type, "bits": cfg.bits}
     measured = {}
     if not inspection["error"]:
-        check_texts = held_texts + texts
-        check_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in check_texts]
         t_llama = time.time()
-        after = llamacpp_figures(out, held, probe, stops, check_texts, check_ids)
+        after = llamacpp_figures(out, held, probe, stops, inputs.check_texts, inputs.check_ids)
         llamacpp_seconds = time.time() - t_llama
         measured = after
         size, source_size = out.stat().st_size, quality.weight_bytes(spec.base)
@@ -242,8 +258,9 @@ def run(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
     quantization = {"method": "gguf", "type": gguf_type, "bits": cfg.bits, "file": out.name,
                     **_tool_facts(), "architecture": info.architecture, "tensor_types": info.type_counts,
-                    "tolerances": tol, "held_out": [str(f) for f in files], "held_out_source": origin,
-                    "held_out_disjoint": disjoint, "modelfile": template_facts,
+                    "tolerances": tol, "held_out": [str(f) for f in planned.calibration],
+                    "held_out_source": planned.calibration_source, "held_out_disjoint": inputs.disjoint,
+                    "modelfile": template_facts,
                     "loads_with": quant_methods.get(cfg.method).loaders()}
     return StepResult(metrics=metrics, info={"artifact": "gguf", "quantization": quantization,
                                              "source_model": str(spec.base)})

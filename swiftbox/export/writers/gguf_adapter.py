@@ -17,6 +17,7 @@ from pathlib import Path
 from swiftbox.artifacts import is_adapter_dir
 from swiftbox.contract import StepContext, StepResult
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.export.checks import ExportPlan, check_input, plan
 from swiftbox.modeling.adapter_file import AdapterFile, AdapterFileError, limits
 from swiftbox.steps import QuantizeStep
 
@@ -58,6 +59,25 @@ def check_adapter(cfg: QuantizeStep, ref: str):
     return spec
 
 
+def check(cfg: QuantizeStep, ref: str) -> ExportPlan:
+    """The gguf record's check (swiftbox/quant_methods.py), run by quantize's `check` before anything is written:
+    with --adapter-only a LoRA adapter a GGUF LoRA can hold, else a full unquantized model (an adapter: merge first);
+    either way an architecture llama.cpp's converter knows (exit 3 naming the alternative), and the held-out data."""
+    from swiftbox.export.llamacpp import convert
+
+    if cfg.adapter_only:
+        spec = check_adapter(cfg, ref)
+    else:
+        if Path(str(ref)).is_dir() and is_adapter_dir(Path(str(ref))):
+            name = Path(str(ref)).name
+            raise UserError(f"quantize: {ref} is an adapter, not a full model; merge first: ./launch.sh merge "
+                            f"{ref} --output {name}-merged, then ./launch.sh quantize {name}-merged --method gguf "
+                            "(or --adapter-only for a GGUF LoRA; in a recipe: put a merge: {} step before quantize)")
+        spec = check_input(ref)
+    convert.check_architecture(spec.base, convert.ensure_tree())
+    return plan(cfg, spec, ref)
+
+
 def run_step(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     """The gguf record's writer (swiftbox/quant_methods.py): a LoRA adapter alone (--adapter-only), else the whole
     model (writers/gguf.py run); each measures and gates itself in llama.cpp."""
@@ -69,38 +89,33 @@ def run_step(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
 
 
 def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
+    """The adapter checked by `check` (ctx.plan) -> base GGUF + GGUF LoRA, measured and gated in llama.cpp."""
     from dataclasses import replace
 
     import numpy as np
 
     from swiftbox.export import quality
-    from swiftbox.export.calibration import calibration_files, read_texts, split_held_out
     from swiftbox.export.llamacpp import convert, gguf_file, modelfile, runner
-    from swiftbox.export.llamacpp.runner import stop_ids
     from swiftbox.export.quality import QualityGateFailed
     from swiftbox.export.writers.gguf import (
         REFERENCE_DTYPE,
-        _rows,
+        _tool_facts,
         compare,
         file_stem,
         gate,
         llamacpp_figures,
-        probe_rows,
+        measured_inputs,
         tolerances,
         torch_figures,
     )
-    from swiftbox.modeling.loading import load_model, load_tokenizer
+    from swiftbox.modeling.loading import load_model
 
     started = time.time()
-    spec = check_adapter(cfg, ctx.input)
+    planned = ctx.plan_as(ExportPlan)
+    spec = planned.source
     adapter = spec.adapters[0]
-    convert.check_architecture(spec.base, convert.ensure_tree())
-    tokenizer = load_tokenizer(spec, cfg.trust_remote_code)
-    files, origin = calibration_files(cfg, ctx)
-    _calib, held_texts, disjoint = split_held_out(read_texts(files, tokenizer), cfg.samples)
-    held = _rows(tokenizer, held_texts, cfg.max_length)
-    texts, probe = probe_rows(tokenizer)
-    stops = stop_ids(tokenizer, spec.base)
+    inputs = measured_inputs(cfg, spec, planned)
+    held, probe, stops = inputs.held, inputs.probe, inputs.stops
 
     model = load_model(spec, ctx.platform, REFERENCE_DTYPE, trust_remote_code=cfg.trust_remote_code)
     before = torch_figures(model, held, probe, stops)
@@ -122,9 +137,7 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     quantize_seconds = time.time() - t0
 
     info = gguf_file.read(lora_out)
-    check_texts = held_texts + texts
-    check_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in check_texts]
-    after = llamacpp_figures(base_out, held, probe, stops, check_texts, check_ids, lora=lora_out)
+    after = llamacpp_figures(base_out, held, probe, stops, inputs.check_texts, inputs.check_ids, lora=lora_out)
     with runner.load(base_out, n_ctx=max(len(p) for p in probe) + 8) as base_gguf:
         plain = [base_gguf.logits(ids) for ids in probe]
     ref = np.concatenate(before["logits"])
@@ -156,15 +169,14 @@ def run_adapter(cfg: QuantizeStep, ctx: StepContext) -> StepResult:
     if broken:
         raise QualityGateFailed(f"quantize: the GGUF LoRA export fails its quality gate: {'; '.join(broken)}; nothing "
                                 "was written (tolerances: docs/export.md, or set quantize.tolerance.*)")
-    mf, template_facts = modelfile.build(base_out.name, tokenizer, spec.base, adapter_name=lora_out.name,
+    mf, template_facts = modelfile.build(base_out.name, inputs.tokenizer, spec.base, adapter_name=lora_out.name,
                                          adds_bos=gguf_file.read(base_out).adds_bos)
     (work / "Modelfile").write_text(mf.text(), encoding="utf-8")
-    from swiftbox.export.writers.gguf import _tool_facts
-
     quantization = {"method": "gguf", "type": gguf_type, "adapter_only": True, "file": lora_out.name,
                     "base_file": base_out.name, "lora_alpha": info.meta.get("adapter.lora.alpha"),
-                    **_tool_facts(), "tolerances": tol, "held_out": [str(f) for f in files],
-                    "held_out_source": origin, "held_out_disjoint": disjoint, "modelfile": template_facts,
+                    **_tool_facts(), "tolerances": tol, "held_out": [str(f) for f in planned.calibration],
+                    "held_out_source": planned.calibration_source, "held_out_disjoint": inputs.disjoint,
+                    "modelfile": template_facts,
                     "loads_with": ["llama.cpp (--lora)", "ollama (ADAPTER)"]}
     return StepResult(metrics=metrics, info={"artifact": "gguf-lora", "quantization": quantization,
                                              "source_model": str(spec.base), "adapter": str(adapter)})
