@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from swiftbox.artifacts import is_adapter_dir, lineage
 from swiftbox.contract import Plan
@@ -22,21 +22,14 @@ if TYPE_CHECKING:
     from swiftbox.steps import QuantizeStep
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportPlan(Plan):
     """What quantize's check resolved from the input: the source model (checked) and the calibration / held-out
     files with where they came from ("dataset", "lineage", "bundled")."""
 
-    spec: Optional[ModelSpec] = None
-    calibration: tuple[Path, ...] = ()
-    calibration_source: str = ""
-
-    @property
-    def source(self) -> ModelSpec:
-        """The checked source model (a plan without one is a programming error: check always sets it)."""
-        if self.spec is None:
-            raise TypeError("quantize: the plan carries no source model (run the step through the runner)")
-        return self.spec
+    source: ModelSpec
+    calibration: tuple[Path, ...]
+    calibration_source: str
 
 
 def check_input(ref: str) -> ModelSpec:
@@ -67,7 +60,7 @@ def calibration(cfg: QuantizeStep, ref: str) -> tuple[list[Path], str]:
 
 def plan(cfg: QuantizeStep, spec: ModelSpec, ref: str) -> ExportPlan:
     files, origin = calibration(cfg, ref)
-    return ExportPlan(spec=spec, calibration=tuple(files), calibration_source=origin)
+    return ExportPlan(source=spec, calibration=tuple(files), calibration_source=origin)
 
 
 def check_checkpoint(cfg: QuantizeStep, ref: str) -> ExportPlan:
