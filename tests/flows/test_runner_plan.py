@@ -113,34 +113,30 @@ def test_a_step_run_without_its_plan_does_not_resolve_it_again(tmp_path):
         merge.run(MergeStep(), ctx)
 
 
-def test_serve_picks_and_gates_its_engine_once_in_check(tmp_path, monkeypatch, capsys):
+def test_serve_picks_and_gates_its_engine_once_in_check(tmp_path, monkeypatch):
     """The engine choice, the pre-deploy gate and the exposure rule each run once, in check; run opens the planned
-    engine (smoke: one question through the openai client)."""
+    engine (smoke: one question through the openai client) and never chooses again."""
     import swiftbox.verify
     from swiftbox.pipelines import serve
 
-    calls: dict[str, int] = {"pick": 0, "gate": 0, "exposure": 0}
-    real_pick, real_gate, real_exposure = serve.pick_engine, swiftbox.verify.startup_gate, serve.check_exposure
+    calls: dict[str, int] = {"engine": 0, "gate": 0, "exposure": 0}
 
-    def pick(*a, **k):
-        calls["pick"] += 1
-        return real_pick(*a, **k)
+    def counted(name, real):
+        def call(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+        return call
 
-    def gate(*a, **k):
-        calls["gate"] += 1
-        return real_gate(*a, **k)
+    def chosen_again(*a, **k):
+        raise AssertionError("the engine was chosen again after check")
 
-    def exposure(*a, **k):
-        calls["exposure"] += 1
-        return real_exposure(*a, **k)
-
-    monkeypatch.setattr(serve, "pick_engine", pick)
-    monkeypatch.setattr(swiftbox.verify, "startup_gate", gate)
-    monkeypatch.setattr(serve, "check_exposure", exposure)
-    monkeypatch.setattr("swiftbox.serving.launch.pick_engine", pick)   # open_backend would pick again through it
+    monkeypatch.setattr(serve, "plan_engine", counted("engine", serve.plan_engine))
+    monkeypatch.setattr(swiftbox.verify, "startup_gate", counted("gate", swiftbox.verify.startup_gate))
+    monkeypatch.setattr(serve, "check_exposure", counted("exposure", serve.check_exposure))
+    monkeypatch.setattr("swiftbox.serving.launch.pick_engine", chosen_again, raising=False)  # open_backend's fallback
     entry = run_step("serve", {"model": "toy", "smoke": True, "port": 0, "api_key": "k1", "engine": "builtin"},
                      runs_root=tmp_path, device="cpu")
-    assert calls == {"pick": 1, "gate": 1, "exposure": 1}
+    assert calls == {"engine": 1, "gate": 1, "exposure": 1}
     assert entry["metrics"]["engine"] == "builtin"
 
 
