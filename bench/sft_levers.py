@@ -261,6 +261,68 @@ def versions() -> dict:
     return out
 
 
+def attention_micro(model_dir: Path, samples: list[int], reps: int, threads: int | None) -> dict:
+    """The CPU attention rule's measurement: one attention layer's forward + backward over a packed row of n
+    samples (lengths drawn from the job's tokenized rows, the model's head shape), transformers' SDPA over the
+    dense block-diagonal mask vs sdpa_varlen (per sample), A/B interleaved `reps` times; medians and spreads."""
+    import random
+    from types import SimpleNamespace as NS
+
+    import torch
+    from transformers import AutoTokenizer
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from swiftbox.data import load_sft, tokenize_sft
+    from swiftbox.device import register_varlen_attention, varlen_attention
+
+    register_varlen_attention()
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    rows, _ = tokenize_sft(load_sft(str(DATA), JOB["seed"]), AutoTokenizer.from_pretrained(model_dir),
+                           JOB["max_length"])
+    pool = [len(r["input_ids"]) for r in rows]
+    module = NS(num_key_value_groups=heads // kv, is_causal=True, training=True)
+    rng = random.Random(JOB["seed"])
+    torch.manual_seed(JOB["seed"])
+
+    def once(kind: str, q, k, v, cu, mask) -> float:
+        started = time.perf_counter()
+        if kind == "dense_mask":
+            out, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=dim ** -0.5)
+        else:
+            out, _ = varlen_attention(module, q, k, v, mask, scaling=dim ** -0.5, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+        out.sum().backward()
+        return time.perf_counter() - started
+
+    results = {}
+    for n in samples:
+        lengths = [rng.choice(pool) for _ in range(n)]
+        total = sum(lengths)
+        q = torch.randn(1, heads, total, dim, requires_grad=True)
+        k, v = (torch.randn(1, kv, total, dim, requires_grad=True) for _ in range(2))
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        seg = torch.repeat_interleave(torch.arange(n), torch.tensor(lengths))
+        i = torch.arange(total)
+        mask = ((seg[:, None] == seg[None, :]) & (i[:, None] >= i[None, :]))[None, None]
+        times: dict[str, list[float]] = {"dense_mask": [], "sdpa_varlen": []}
+        for kind in times:
+            once(kind, q, k, v, cu, mask)                       # warm-up
+        for rep in range(reps):
+            for kind in (("dense_mask", "sdpa_varlen") if rep % 2 == 0 else ("sdpa_varlen", "dense_mask")):
+                times[kind].append(once(kind, q, k, v, cu, mask))
+        med = {kind: statistics.median(ts) for kind, ts in times.items()}
+        results[str(n)] = {"tokens": total, "lengths": lengths,
+                           **{f"{kind}_ms": {"median": round(med[kind] * 1e3, 2), "min": round(min(ts) * 1e3, 2),
+                                             "max": round(max(ts) * 1e3, 2)} for kind, ts in times.items()},
+                           "varlen_speedup": round(med["dense_mask"] / max(med["sdpa_varlen"], 1e-12), 3)}
+        print("ATTENTION " + json.dumps({n: results[str(n)]}), file=sys.stderr, flush=True)
+    return {"heads": heads, "kv_heads": kv, "head_dim": dim, "reps": reps, "torch_threads": torch.get_num_threads(),
+            "samples_per_row": results}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct", help="registry name (offline) or model directory")
@@ -268,10 +330,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     ap.add_argument("--levers", default=",".join(LEVERS), help=f"comma list of {', '.join(LEVERS)}")
     ap.add_argument("--profile", action="store_true", help="also one untimed profiler-window run per side")
+    ap.add_argument("--attention", default=None, metavar="N,N,...", help="instead: the attention rule's micro "
+                    "benchmark, one layer's forward+backward, dense mask vs per sample, for packed rows of N samples")
+    ap.add_argument("--reps", type=int, default=10, help="--attention: interleaved repetitions")
+    ap.add_argument("--threads", type=int, default=None, help="--attention: torch threads (default: torch's)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # internal: one run, in this process
     ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
+    if opts.attention:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from peers.run import resolve_job_model as resolve
+
+        try:
+            samples = [int(x) for x in opts.attention.split(",") if x.strip()]
+            if not samples or min(samples) < 1 or opts.reps < 1:
+                raise ValueError("--attention takes sample counts >= 1 (e.g. 2,8,16) and --reps >= 1")
+            model_dir = resolve(opts.model, Path(tempfile.gettempdir()))
+        except ValueError as exc:
+            print(f"bench sft-levers: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(json.dumps({"bench": "sft-levers-attention", "model": model_dir.name, "machine": machine(),
+                          "load_before": uptime(), **attention_micro(model_dir, samples, opts.reps, opts.threads),
+                          "load_after": uptime()}))
+        return
     if opts.one:
         sys.path.insert(0, str(ROOT / "bench"))
         got = run_side(opts.one, Path(opts.model), Path(opts.data), Path(opts.work), profile=opts.profile)

