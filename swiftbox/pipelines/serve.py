@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from swiftbox.contract import Plan, StepContext, StepResult, declare
 from swiftbox.device import Platform
 from swiftbox.errors import UserError
-from swiftbox.serving.launch import Names, api_key, check_exposure, open_backend, pick_engine
+from swiftbox.serving.launch import Names, api_key, check_exposure, choose_engine, open_backend
 from swiftbox.steps import ServeStep
 
 if TYPE_CHECKING:
@@ -32,14 +32,22 @@ class ServePlan(Plan):
 
     engine: str
     api_key: Optional[str] = field(default=None, repr=False)
+    choice: dict = field(default_factory=dict)   # the engine choice and the figures it read (the step's metrics)
 
 
-def plan_engine(cfg: ServeStep, platform: Platform, input: str, notes: list[str]) -> str:
+def plan_engine(cfg: ServeStep, platform: Platform, input: str, notes: list[str],
+                choice: Optional[dict] = None) -> str:
     """The engine for `input` on this platform, after the pre-deploy gate (files + engine fit: refuse, exit 2/3,
-    rather than serve what cannot load). The serve and chat steps' check call it; the choice goes to `notes`."""
+    rather than serve what cannot load). The serve and chat steps' check call it; the choice goes to `notes` (an
+    `auto` choice with its reason) and, as metrics, into `choice`."""
     from swiftbox.verify import startup_gate
 
-    engine = pick_engine(cfg, platform, notes.append, model=input)
+    picked = choose_engine(cfg, platform, input)
+    if cfg.engine == "auto":
+        notes.append(picked.line())
+    if choice is not None:
+        choice.update(picked.metrics())
+    engine = picked.engine
     if engine == "builtin" and cfg.devices is not None and cfg.devices.resolve() != [0]:
         raise UserError(f"devices: the built-in engine runs on one device (the first visible one), not "
                         f"{cfg.devices}; use engine: vllm for tensor parallel, or devices: 1")
@@ -53,8 +61,9 @@ def check(cfg: ServeStep, platform: Platform, input: str) -> ServePlan:
     notes: list[str] = []
     key = api_key(cfg)
     check_exposure(cfg, key, notes.append)   # a refusal costs nothing here; the warning is one of the plan's notes
-    engine = plan_engine(cfg, platform, input, notes)
-    return ServePlan(engine=engine, api_key=key, notes=tuple(notes))
+    choice: dict = {}
+    engine = plan_engine(cfg, platform, input, notes, choice)
+    return ServePlan(engine=engine, api_key=key, notes=tuple(notes), choice=choice)
 
 
 def open_planned(cfg: ServeStep, ref: str, engine: str, platform: Platform, *, work_dir: Path,
@@ -81,11 +90,11 @@ def run(cfg: ServeStep, ctx: StepContext) -> StepResult:
 
             metrics = smoke(app, host=cfg.host, port=cfg.port, api_key=key, model=names.primary, log=log,
                             question=cfg.smoke_prompt)
-            return StepResult(metrics={**metrics, "engine": backend.name}, info=info)
+            return StepResult(metrics={**metrics, **plan.choice, "engine": backend.name}, info=info)
         from swiftbox.serving.server import serve_forever
 
         serve_forever(app, cfg.host, cfg.port, log=log)
-        return StepResult(metrics={"engine": backend.name, "stopped": True}, info=info)
+        return StepResult(metrics={**plan.choice, "engine": backend.name, "stopped": True}, info=info)
     finally:
         close()
 

