@@ -65,11 +65,13 @@ def shared_real_server(real_model_dir, tmp_path_factory):
     max_model_len 2048, batches of 8, KEY), shared by every module that only needs the model served (structured
     outputs, lm-eval as a client, Anthropic prefill): its start-up (weights, template, warm-up) is paid once
     instead of once per module. A test that needs another server config (adapters, a served name, a merged
-    model) starts its own. Tests must leave it as they found it: no adapters loaded, nothing patched."""
+    model) starts its own. Runtime adapters load from this session's temporary folders (tmp_path_factory). Tests
+    must leave it as they found it: an adapter loaded is unloaded again, nothing patched."""
     from tests.support.serve_fixtures import start_server
 
     server, names, stop = start_server(str(real_model_dir), work_dir=tmp_path_factory.mktemp("real-serve"),
-                                       dtype="float32", max_model_len=2048, max_batch_size=8)
+                                       dtype="float32", max_model_len=2048, max_batch_size=8,
+                                       adapter_root=[str(tmp_path_factory.getbasetemp())])
     yield server, names
     stop()
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from swiftbox.device.cpu import CpuPlatform
-from tests.support.serve_fixtures import KEY, make_adapter, serve_process, start_server
+from tests.support.serve_fixtures import KEY, make_adapter, serve_process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -47,22 +47,27 @@ def _same(got: tuple[str, int, str], want: tuple[str, int, str]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def reference(real_model_dir, tmp_path_factory):
+def reference(real_model_dir, tmp_path_factory, request):
     """The built-in engine's greedy fp32 answers (base and adapter), taken before vLLM starts (one heavy process
-    at a time)."""
+    at a time), on the session's real-model server (conftest shared_real_server: fp32, max_model_len 2048), the
+    adapter loaded at run time and unloaded again."""
     refusal = CpuPlatform().why_not("vllm")
     if refusal is not None:
         pytest.skip(f"vLLM-CPU not available: {refusal.why} (./launch.sh install vllm)")
     root = tmp_path_factory.mktemp("real-adapters")
     adapter = make_adapter(real_model_dir, root / ADAPTER, seed=5)
-    server, names, stop = start_server(str(real_model_dir), adapters={ADAPTER: str(adapter)}, max_model_len=2048,
-                                       dtype="float32", served_model_name=NAME)
+    server, names = request.getfixturevalue("shared_real_server")
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = httpx.post(server.url + "/v1/load_lora_adapter", headers=auth, timeout=300,
+                   json={"lora_name": ADAPTER, "lora_path": str(adapter)})
+    assert r.status_code == 200, r.text
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
-        base = {p: _chat(client, NAME, p) for p in PROMPTS}
+        base = {p: _chat(client, names.base, p) for p in PROMPTS}
         tuned = _chat(client, ADAPTER, PROMPTS[0])
     finally:
-        stop()
+        r = httpx.post(server.url + "/v1/unload_lora_adapter", headers=auth, timeout=300, json={"lora_name": ADAPTER})
+    assert r.status_code == 200, r.text       # the shared server is left as it was found
     return root, adapter, base, tuned
 
 
