@@ -156,3 +156,21 @@ def test_serve_backend_is_refused_naming_engine():
     with pytest.raises(UserError, match=r"backend: not a serve setting.*engine: auto\|builtin\|vllm") as refused:
         load_recipe({"name": "r", "model": "toy", "steps": [{"serve": {"backend": "vllm"}}]})
     assert "\n" not in str(refused.value)
+
+
+def test_a_torchrun_worker_gets_the_runners_plan(tmp_path):
+    """The launch spec carries the plan's dtypes and manifest dtype; a worker's ctx.plan is the runner's, not a
+    second planning."""
+    from swiftbox.contract import Plan, StepContext
+    from swiftbox.device import current_platform
+    from swiftbox.device.dtype_policy import DtypePlan
+    from swiftbox.steps import SftStep
+    from swiftbox.training.distributed.launch import write_spec
+    from swiftbox.training.distributed.worker import build, load_spec
+
+    plan = Plan(dtypes=DtypePlan("bfloat16", save="float32", note="adapter weights"), dtype="bfloat16")
+    ctx = StepContext(recipe="r", kind="sft", index=0, input="toy", work_dir=tmp_path, output=tmp_path / "o",
+                      platform=current_platform("cpu"), plan=plan)
+    write_spec(tmp_path / "launch.json", SftStep(dataset=PARITY_SFT), ctx, pipeline="swiftbox.pipelines.sft")
+    _, rebuilt = build(load_spec(str(tmp_path / "launch.json")))
+    assert rebuilt.plan == plan

@@ -233,7 +233,24 @@ def write_spec(path: Path, cfg: StepBase, ctx: StepContext, *, pipeline: str) ->
         "input": ctx.input, "work_dir": str(Path(ctx.work_dir).resolve()), "output": str(Path(ctx.output).resolve()),
         "device": ctx.platform.name,
         "header_devices": ctx.header_devices.spelling() if ctx.header_devices else None,
+        "plan": plan_fields(ctx),
     })
+
+
+def plan_fields(ctx: StepContext) -> dict:
+    """What the workers' `ctx.plan` carries from the runner's: its dtypes and the manifest dtype (a distributed
+    step's check returns the base Plan; placement and notes are the launcher's)."""
+    from swiftbox.contract import Plan
+
+    plan = ctx.plan
+    if plan is None:
+        return {}
+    if type(plan) is not Plan:
+        raise TypeError(f"pipeline {ctx.kind}: a distributed step plans a Plan, not a {type(plan).__name__} "
+                        "(its fields would not reach the workers)")
+    dtypes = plan.dtypes
+    return {"dtype": plan.dtype, "dtypes": None if dtypes is None else
+            {"compute": dtypes.compute, "save": dtypes.save, "check": dtypes.check, "note": dtypes.note}}
 
 
 def run_and_tee(argv: list[str], env: dict, keep: int = 400) -> tuple[int, list[str]]:

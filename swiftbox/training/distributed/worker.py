@@ -4,7 +4,8 @@ torchrun starts this once per rank with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR s
 step's config and context from the spec the runner's launcher wrote (launch.run_workers), imports the module
 that declared the pipeline and calls its `PIPELINE.execute(cfg, ctx)` - the same call the runner makes for one
 process; training proceeds under accelerate / transformers' distributed support. The step's `check` ran once,
-in the launcher, and is not repeated here. Rank 0 hands its StepResult back to the launcher in the work dir.
+in the launcher, and is not repeated here: `ctx.plan` is the runner's (its dtypes, from launch.json).
+Rank 0 hands its StepResult back to the launcher in the work dir.
 A failure prints one marked line naming the rank, then exits with the error's exit code, so the
 launcher can report it as one line.
 """
@@ -17,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from swiftbox.contract import StepContext, StepResult
+from swiftbox.contract import Plan, StepContext, StepResult
 from swiftbox.errors import SwiftboxError
 from swiftbox.steps import StepBase
 from swiftbox.training.distributed.launch import RESULT_FILE, worker_mark
@@ -42,8 +43,16 @@ def build(spec: dict) -> tuple[StepBase, StepContext]:
     ctx = StepContext(recipe=spec["recipe"], kind=spec["kind"], index=spec["index"], input=spec["input"],
                       work_dir=Path(spec["work_dir"]), output=Path(spec["output"]),
                       platform=current_platform(spec["device"]),
-                      header_devices=parse_devices(spec.get("header_devices")))
+                      header_devices=parse_devices(spec.get("header_devices")), plan=_plan(spec.get("plan") or {}))
     return cfg, ctx
+
+
+def _plan(fields: dict) -> Plan:
+    """The runner's plan as launch.plan_fields wrote it (its dtypes and the manifest dtype)."""
+    from swiftbox.device.dtype_policy import DtypePlan
+
+    dtypes = fields.get("dtypes")
+    return Plan(dtypes=DtypePlan(**dtypes) if dtypes else None, dtype=fields.get("dtype"))
 
 
 def run_spec(spec: dict) -> StepResult:
