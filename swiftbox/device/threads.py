@@ -160,9 +160,13 @@ class ThreadGovernor:
     """Applies the plan on the thread that runs the model: `start()` once there, then `tick()` between steps."""
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None, probe: Optional[LoadProbe] = None,
-                 set_threads: Optional[Callable[[int], None]] = None, window_s: float = WINDOW_S):
+                 set_threads: Optional[Callable[[int], None]] = None, window_s: float = WINDOW_S,
+                 ceiling: Optional[int] = None):
+        """`ceiling`: never more threads than this (training passes the count the process already had, so a
+        caller's own `torch.set_num_threads(1)` stands; the policy only takes cores away under load)."""
         self.environ = dict(os.environ if environ is None else environ)
-        self.current = plan(available_cores(), None, self.environ)
+        cores = available_cores() if ceiling is None else max(1, min(available_cores(), ceiling))
+        self.current = plan(cores, None, self.environ)
         if self.current.mode == "auto" and probe is None:   # a first look (half a second) for the header's figure
             probe = LoadProbe()
             time.sleep(FIRST_LOOK_S)

@@ -25,9 +25,12 @@ class ThreadPolicy(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self._governor is None:
+            import torch
+
             from swiftbox.device.threads import ThreadGovernor
 
-            self._governor = ThreadGovernor()
+            # the process's own count is the ceiling: a caller that set torch.set_num_threads(1) keeps it
+            self._governor = ThreadGovernor(ceiling=torch.get_num_threads())
         self.plan = self._governor.start()
 
     def on_step_begin(self, args, state, control, **kwargs):

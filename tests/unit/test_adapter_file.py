@@ -129,12 +129,14 @@ def test_no_other_module_parses_adapter_config_json():
 @pytest.mark.parametrize("rank, method, warned", [(MAX_RUNTIME_RANK + 1, "lora", True),
                                                   (MAX_RUNTIME_RANK, "lora", False),
                                                   (MAX_RUNTIME_RANK + 1, "full", False)])
-def test_training_warns_of_an_adapter_no_engine_serves(capsys, rank, method, warned):
+def test_training_warns_of_an_adapter_no_engine_serves(capsys, tmp_path, rank, method, warned):
     from swiftbox.device import current_platform
     from swiftbox.steps import SftStep
     from swiftbox.training.model import check_training
 
-    check_training(SftStep(dataset="x.jsonl", method=method, lora={"rank": rank}), current_platform("cpu"), "toy")
+    rows = tmp_path / "x.jsonl"     # check refuses a dataset file that is not there before it looks at the rank
+    rows.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    check_training(SftStep(dataset=str(rows), method=method, lora={"rank": rank}), current_platform("cpu"), "toy")
     lines = [line for line in capsys.readouterr().err.splitlines() if "warning: lora.rank" in line]
     assert len(lines) == (1 if warned else 0)
     if warned:

@@ -52,3 +52,21 @@ def test_only_the_cpu_gets_the_policy_and_bad_values_are_refused(monkeypatch):
     monkeypatch.setenv("SWIFTBOX_THREADS", "lots")
     with pytest.raises(UserError, match="SWIFTBOX_THREADS"):
         thread_callbacks(SimpleNamespace(device_type="cpu"))
+
+
+def test_the_process_count_is_the_ceiling(monkeypatch):
+    """A caller's own torch.set_num_threads(1) stands: training's policy takes cores away under load, never adds."""
+    import torch
+
+    monkeypatch.setattr("swiftbox.device.threads.available_cores", lambda: 2)
+    monkeypatch.setattr("swiftbox.device.threads.LoadProbe", lambda: Probe([0.0, 0.0]))
+    monkeypatch.setattr("swiftbox.device.threads.FIRST_LOOK_S", 0.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        policy = ThreadPolicy()
+        policy.on_train_begin(None, SimpleNamespace(global_step=0), None)   # an idle box: still one thread
+        assert policy.plan.threads == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert ThreadGovernor(environ={}, probe=Probe([]), set_threads=lambda n: None, ceiling=8).current.cores <= 2
