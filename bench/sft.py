@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     from swiftbox.modeling import torch_dtype
     from swiftbox.pipelines import make_trainer
     from swiftbox.steps import SftStep
-    from swiftbox.training import describe_batching, lora_config
+    from swiftbox.training import describe_batching, lora_config, memory_callbacks
 
     platform = current_platform(opts.device)
     platform.training_memory()                  # as the training flow does before the model loads
@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     def swiftbox_trainer(timer):
         model = get_peft_model(copy.deepcopy(base), lora_config(cfg))
         model.get_base_model().set_attn_implementation(attn)
-        return make_trainer(cfg, ctx, dtype, model, tokenizer, rows, None, work / "swiftbox", [timer])
+        return make_trainer(cfg, ctx, dtype, model, tokenizer, rows, None, work / "swiftbox",
+                            [timer, *memory_callbacks(platform)])     # the allocator set-up, as the flow adds it
 
     def baseline_trainer(timer):
         from datasets import Dataset

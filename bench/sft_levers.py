@@ -24,9 +24,15 @@ Levers (one at a time, everything else the default):
 - threads_torch: torch's own thread count, one per core, whatever the load (SWIFTBOX_THREADS=torch, the old default);
 - unfused_adamw: `optim: adamw_torch` (foreach) instead of the default fused AdamW (transformers 5, torch >= 2.8);
 - compile: the decoder stack under `torch.compile(dynamic=True)` (the LM head and loss stay eager);
-- malloc_default: glibc's own allocator settings (SWIFTBOX_CPU_MALLOC=default) instead of the memory default (freed
-  tensors from 256 KiB up go back to the OS): what the lower peak costs in page faults (a loaded DPO run spent 35%
-  of its CPU time in the kernel, 17.9M minor faults in 182 CPU-s, vs 19% for TRL's plain DPOTrainer).
+- the allocator (device/cpu.py `training_memory`; the default is trim mode: glibc's thresholds, the free heap handed
+  back after a decoder layer only when the resident set passes the run's peak + 256 MiB):
+  malloc_default: glibc alone (SWIFTBOX_CPU_MALLOC=default: the speed ceiling, the holes' peak);
+  malloc_mmap: every tensor from 256 KiB up mmapped and unmapped when freed (SWIFTBOX_CPU_MALLOC=mmap, the default
+  until 2026-11-29: the same peak as trim, a page fault per 4 KiB of every temporary);
+  malloc_fixed16m: glibc with its mmap threshold fixed at 16 MiB (GLIBC_TUNABLES in the run's environment);
+  malloc_hugetlb: trim mode with malloc's memory advised as transparent huge pages (glibc.malloc.hugetlb=1);
+  checkpointing_malloc_default: activation checkpointing under glibc alone (what LLaMA-Factory and ms-swift run).
+  Every run reports its peak RSS (the process's, model load included), minor page faults and system seconds.
 
 A lever is kept when it beats the default in every one of >= 2 rounds and its per-step loss curve matches the
 default's (fp32 levers: 1e-3 relative; bf16: 2e-2). ONE JSON line: per side the tokens/s of every round, median
@@ -57,7 +63,9 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
 LEVERS = ("dense_mask", "bf16_autocast", "padded", "lm_head_all_positions", "checkpointing", "threads_1",
-          "threads_torch", "unfused_adamw", "compile", "malloc_default")
+          "threads_torch", "unfused_adamw", "compile", "malloc_default", "malloc_mmap", "malloc_fixed16m",
+          "malloc_hugetlb", "checkpointing_malloc_default")
+HUGETLB = "glibc.malloc.hugetlb=1"       # malloc's mmaps advised as transparent huge pages (glibc >= 2.35)
 JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
 LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
 
@@ -72,13 +80,17 @@ def uptime() -> str:
 def settings(side: str) -> dict:
     """The default and each lever alone."""
     base = dict(attention="auto", dtype="float32", packing=None, label_only=True, checkpointing=False, threads=None,
-                optim=None, compile=False, malloc="auto")
+                optim=None, compile=False, malloc="auto", tunables="")
     changes = {"default": {}, "dense_mask": dict(attention="sdpa"), "bf16_autocast": dict(dtype="bfloat16"),
                "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False),
                "checkpointing": dict(checkpointing=True), "threads_1": dict(threads="1"),
                "threads_torch": dict(threads="torch"),
                "unfused_adamw": dict(optim="adamw_torch"), "compile": dict(compile=True),
-               "malloc_default": dict(malloc="default")}
+               "malloc_default": dict(malloc="default"), "malloc_mmap": dict(malloc="mmap"),
+               "malloc_fixed16m": dict(malloc="default", tunables="glibc.malloc.mmap_threshold=16777216:"
+                                       "glibc.malloc.trim_threshold=67108864"),
+               "malloc_hugetlb": dict(tunables=HUGETLB),
+               "checkpointing_malloc_default": dict(malloc="default", checkpointing=True)}
     return {**base, **changes[side]}
 
 
@@ -120,6 +132,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         describe_batching,
         dropout_a_forward,
         load_for_training,
+        memory_callbacks,
         peft_lora_dropout_fused,
         thread_callbacks,
         trl_lm_head_tiles,
@@ -153,7 +166,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         train, _ = tokenize_sft(load_sft(str(data), cfg.seed), tm.tokenizer, cfg.max_length)
         ctx = SimpleNamespace(platform=platform, work_dir=side_work, output=side_work, kind="sft")
         timer = timer_callback()
-        extra = [timer, Losses(), *thread_callbacks(platform)]     # as the training flow adds it
+        extra = [timer, Losses(), *thread_callbacks(platform), *memory_callbacks(platform)]   # as the flow adds them
         if profile:
             from swiftbox.training import profile_callbacks
 
@@ -177,7 +190,7 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
            "wall_s": round(wall, 1), "losses": losses, "attn_implementation": attn, "dtype": s["dtype"],
            "batching": describe_batching(cfg, platform, str(tm.model.config.model_type)),
            "label_positions_only": s["label_only"], "torch_threads": torch.get_num_threads(),
-           "load_before": load, "load_after": uptime()}
+           "load_before": load, "load_after": uptime(), **process_costs()}
     if profile:
         summary = json.loads((side_work / "profile" / "summary.json").read_text())
         out = {"side": side, "phase_share": {k: round(v, 3) for k, v in summary.get("phase_share", {}).items()},
@@ -186,12 +199,24 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
     return out
 
 
+def process_costs() -> dict:
+    """This process's peak RSS (from the start: the model load counts), minor page faults and CPU seconds split user /
+    system: what an allocator setting trades."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"peak_rss_gb": round(ru.ru_maxrss * 1024 / 1e9, 3), "minor_faults": ru.ru_minflt,
+            "user_s": round(ru.ru_utime, 1), "system_s": round(ru.ru_stime, 1)}
+
+
 def in_own_process(side: str, model_dir: Path, data: Path, work: Path, profile: bool = False) -> dict:
     """One run in a fresh process: in one process the later runs reuse the memory the first one faulted in, and
     measured 1.7-2.7x faster than the same default run first (2026-11-26)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one", side, "--model", str(model_dir), "--data", str(data),
            "--work", str(work)] + (["--profile"] if profile else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if settings(side)["tunables"]:     # read by glibc when the process starts, so it goes in the child's environment
+        env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), settings(side)["tunables"]]))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     found = [line for line in proc.stdout.splitlines() if line.startswith("LEVER_ONE ")]
     if proc.returncode or not found:
@@ -218,7 +243,8 @@ def summarise(runs: list[dict], levers: list[str]) -> dict:
         sides[side] = {"tokens_per_s": tps, "median": round(statistics.median(tps), 2), "min": min(tps),
                        "max": max(tps), "losses": rs[0]["losses"], "attn_implementation": rs[0]["attn_implementation"],
                        "dtype": rs[0]["dtype"], "batching": rs[0]["batching"],
-                       "label_positions_only": rs[0]["label_positions_only"]}
+                       "label_positions_only": rs[0]["label_positions_only"],
+                       **{k: [r.get(k) for r in rs] for k in ("peak_rss_gb", "minor_faults", "system_s")}}
     out: dict = {}
     default = by_side.get("default", [])
     for lever in levers:

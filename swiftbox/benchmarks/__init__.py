@@ -11,8 +11,9 @@ loaded lazily, so importing one module here loads no other.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.benchmarks.catalog import resolve
@@ -21,10 +22,7 @@ if TYPE_CHECKING:
 _EXPORTS = {"missing_extra": "swiftbox.benchmarks.harness", "resolve": "swiftbox.benchmarks.catalog"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["missing_extra", "resolve"]

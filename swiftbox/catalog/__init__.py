@@ -6,8 +6,9 @@ The public surface (`__all__`: the presets module and the toy's files, what benc
 tests/unit/test_layers.py holds them to it) is loaded lazily, so importing one module here loads no other."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.catalog import presets
@@ -19,10 +20,7 @@ _EXPORTS = {"Preset": "swiftbox.catalog.presets", "COMMITTED": "swiftbox.catalog
             "toy_path": "swiftbox.catalog.toy"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["COMMITTED", "Preset", "build_tokenizer", "cache_root", "presets", "toy_path"]

@@ -7,10 +7,9 @@ Only this package names device strings or calls torch.cuda.* / torch.npu.*.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Literal, get_args
+from typing import TYPE_CHECKING, Callable, Literal, get_args
 
 from swiftbox.device.base import FEATURES, DeviceMemory, Platform, Refusal
 from swiftbox.device.cpu import ATTENTION_ENV, BF16_ENV, CpuPlatform, bf16_mode, cpu_flags, native_bf16_flags
@@ -18,6 +17,7 @@ from swiftbox.device.cuda import CudaPlatform
 from swiftbox.device.devices import Devices, parse_devices
 from swiftbox.device.npu import NpuPlatform, npu_import_error
 from swiftbox.errors import Unsupported, UserError
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.device.doctor import doctor as print_doctor
@@ -118,11 +118,7 @@ _EXPORTS = {"print_doctor": ("swiftbox.device.doctor", "doctor"),
             "register_varlen_attention": ("swiftbox.device.attention", "register")}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        module, attr = _EXPORTS[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -125,6 +125,12 @@ class Platform:
         or None where nothing is needed."""
         return None
 
+    def release_freed_memory(self, start: bool = False) -> bool:
+        """Called after every decoder layer's forward and backward and every step (training/memory_policy.py,
+        `start` at a run's beginning): hand freed host memory back where the device's set-up asks for it (CPU trim
+        mode); True when it did."""
+        return False
+
     # -- precision -------------------------------------------------------------------------
     def bf16_supported(self) -> bool:
         return False

@@ -6,8 +6,9 @@ The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/tes
 loaded lazily, so importing one module here loads no other."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.diagnose.compare import compare_cli
@@ -16,10 +17,7 @@ if TYPE_CHECKING:
 _EXPORTS = {"compare_cli": "swiftbox.diagnose.compare", "precision_cli": "swiftbox.diagnose.precision"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["compare_cli", "precision_cli"]

@@ -4,8 +4,9 @@ The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/tes
 loaded lazily, so importing one module here loads no other."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.hub.resolve import resolve_model
@@ -13,10 +14,7 @@ if TYPE_CHECKING:
 _EXPORTS = {"resolve_model": "swiftbox.hub.resolve"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["resolve_model"]

@@ -7,10 +7,10 @@ the other way; docs.py renders the tables into docs/migrating.md.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
+from swiftbox.lazy import lazy_exports
 from swiftbox.migrate.engine import Imported, Peer, translate
 
 if TYPE_CHECKING:
@@ -47,10 +47,7 @@ def import_config(data: dict, source: str, *, base: Optional[Path] = None, fetch
     return None if peer is None else translate(peer, data, source, base=base, fetch=fetch)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["COMMANDS", "Imported", "Peer", "detect", "import_config", "peers", "translate", "translate_argv"]

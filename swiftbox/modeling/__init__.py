@@ -5,8 +5,9 @@ The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/tes
 loaded lazily: `modeling.adapter_file` sits in the base layer and must not pull the loaders in through this file."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.compat import gptqmodel_env
@@ -18,10 +19,7 @@ _EXPORTS = {"load_model": "swiftbox.modeling.loading", "load_tokenizer": "swiftb
             "torch_dtype": "swiftbox.modeling.loading", "gptqmodel_env": "swiftbox.compat"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["gptqmodel_env", "load_model", "load_tokenizer", "resolve_spec", "torch_dtype"]

@@ -9,6 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from swiftbox.contract import DeclaredPipeline, Pipeline
+from swiftbox.lazy import lazy_exports
 from swiftbox.steps import STEP_TYPES
 
 if TYPE_CHECKING:
@@ -30,10 +31,7 @@ def load_pipeline(kind: str) -> Pipeline[Any]:
 _EXPORTS = {"make_trainer": "swiftbox.pipelines.sft"}   # sft's trainer as the step builds it (bench/ measures it)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:            # loaded lazily: a step kind's module loads only when asked for
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["load_pipeline", "make_trainer"]   # the public surface (tests/unit/test_layers.py holds bench/ to it)

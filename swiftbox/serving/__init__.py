@@ -37,8 +37,9 @@ opens the backend here and serves; this package imports nothing above it (tests/
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.serving.engine_choice import decide_engine, record_path, save_record
@@ -52,10 +53,7 @@ _EXPORTS = {"artifact_problems": "swiftbox.serving.fit", "Remote": "swiftbox.ser
             "record_path": "swiftbox.serving.engine_choice", "save_record": "swiftbox.serving.engine_choice"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["Remote", "RemoteError", "artifact_problems", "decide_engine", "record_path", "save_record"]

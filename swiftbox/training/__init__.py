@@ -6,13 +6,15 @@ The public surface (`__all__`, what bench/ and menus/ may import; tests/unit/tes
 loaded lazily: `import swiftbox.training.x` must not pull torch in through this file."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
     from swiftbox.training.arguments import describe_batching
     from swiftbox.training.lora_dropout import dropout_a_forward
+    from swiftbox.training.memory_policy import memory_callbacks
     from swiftbox.training.model import load_for_training, lora_config
     from swiftbox.training.profile_window import profile_callbacks
     from swiftbox.training.rewards import check_spec, parse_spec
@@ -26,15 +28,13 @@ _EXPORTS = {
     "check_spec": "swiftbox.training.rewards", "parse_spec": "swiftbox.training.rewards",
     "peft_lora_dropout_fused": "swiftbox.compat", "trl_lm_head_tiles": "swiftbox.compat",
     "trl_scores_label_positions_only": "swiftbox.compat", "thread_callbacks": "swiftbox.training.thread_policy",
+    "memory_callbacks": "swiftbox.training.memory_policy",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = ["check_spec", "describe_batching", "dropout_a_forward", "load_for_training", "lora_config", "parse_spec",
-           "peft_lora_dropout_fused", "profile_callbacks", "thread_callbacks", "trl_lm_head_tiles",
-           "trl_scores_label_positions_only"]
+__all__ = ["check_spec", "describe_batching", "dropout_a_forward", "load_for_training", "lora_config",
+           "memory_callbacks", "parse_spec", "peft_lora_dropout_fused", "profile_callbacks", "thread_callbacks",
+           "trl_lm_head_tiles", "trl_scores_label_positions_only"]

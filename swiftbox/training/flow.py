@@ -140,9 +140,11 @@ class TrainingFlow(Generic[T]):
         self.read()                                        # bad data fails before any weights load
         callbacks.silence_libraries()
         ctx.platform.training_memory()                     # CPU: freed tensors go back to the OS (device/cpu.py)
+        from swiftbox.training.memory_policy import memory_callbacks
         from swiftbox.training.thread_policy import thread_callbacks
 
         threads = thread_callbacks(ctx.platform)      # CPU: the cores other processes leave free (device/threads.py)
+        threads += memory_callbacks(ctx.platform)     # CPU trim mode: freed pages back after every step
         tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head)
         if self.chat_template:
             data.use_chat_template(tm.tokenizer, cfg.chat_template)

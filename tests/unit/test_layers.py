@@ -16,7 +16,7 @@ PACKAGES = ("swiftbox", "menus", "bench")     # the menus and the benchmarks sit
 # (contract.py, what every pipeline implements and training uses, sits far below the pipelines).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "versions", "pins", "args", "tables", "logs", "compat", "artifacts", "disk", "report",
-              "quant_methods", "procs", "modeling.adapter_file")),
+              "quant_methods", "procs", "lazy", "modeling.adapter_file")),
     # llama.cpp's tools: low, since doctor (device) and verify read them; the rest of export/ sits above the tools
     ("device", ("device", "export.llamacpp")),
     ("contract", ("steps", "reward_spec", "contract", "benchmarks.catalog", "template_switches")),
