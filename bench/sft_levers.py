@@ -29,9 +29,10 @@ Levers (one at a time, everything else the default):
   malloc_default: glibc alone (SWIFTBOX_CPU_MALLOC=default: the speed ceiling, the holes' peak);
   malloc_mmap: every tensor from 256 KiB up mmapped and unmapped when freed (SWIFTBOX_CPU_MALLOC=mmap, the default
   until 2026-11-29: the same peak as trim, a page fault per 4 KiB of every temporary);
-  malloc_fixed16m: glibc with its mmap threshold fixed at 16 MiB (GLIBC_TUNABLES in the run's environment);
-  malloc_hugetlb: trim mode with malloc's memory advised as transparent huge pages (glibc.malloc.hugetlb=1);
-  checkpointing_malloc_default: activation checkpointing under glibc alone (what LLaMA-Factory and ms-swift run).
+  malloc_hugetlb: trim mode with malloc's memory advised as transparent huge pages (glibc.malloc.hugetlb=1, put in
+  the run's GLIBC_TUNABLES: glibc reads it at start-up).
+  (Fixed mmap thresholds, arena_max=1 and checkpointing under glibc alone were measured once by hand:
+  docs/benchmarks.md, "The allocator, re-measured".)
   Every run reports its peak RSS (the process's, model load included), minor page faults and system seconds.
 
 A lever is kept when it beats the default in every one of >= 2 rounds and its per-step loss curve matches the
@@ -63,8 +64,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
 LEVERS = ("dense_mask", "bf16_autocast", "padded", "lm_head_all_positions", "checkpointing", "threads_1",
-          "threads_torch", "unfused_adamw", "compile", "malloc_default", "malloc_mmap", "malloc_fixed16m",
-          "malloc_hugetlb", "checkpointing_malloc_default")
+          "threads_torch", "unfused_adamw", "compile", "malloc_default", "malloc_mmap", "malloc_hugetlb")
 HUGETLB = "glibc.malloc.hugetlb=1"       # malloc's mmaps advised as transparent huge pages (glibc >= 2.35)
 JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
 LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
@@ -87,10 +87,7 @@ def settings(side: str) -> dict:
                "threads_torch": dict(threads="torch"),
                "unfused_adamw": dict(optim="adamw_torch"), "compile": dict(compile=True),
                "malloc_default": dict(malloc="default"), "malloc_mmap": dict(malloc="mmap"),
-               "malloc_fixed16m": dict(malloc="default", tunables="glibc.malloc.mmap_threshold=16777216:"
-                                       "glibc.malloc.trim_threshold=67108864"),
-               "malloc_hugetlb": dict(tunables=HUGETLB),
-               "checkpointing_malloc_default": dict(malloc="default", checkpointing=True)}
+               "malloc_hugetlb": dict(tunables=HUGETLB)}
     return {**base, **changes[side]}
 
 
