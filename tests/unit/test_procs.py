@@ -111,7 +111,11 @@ def test_stop_ends_the_group_and_unregisters():
 
 
 LAUNCHER = """
-import os, sys
+import os, signal, sys
+# a terminal's foreground process: Ctrl-C raises KeyboardInterrupt, SIGTERM kills - whatever the test runner's
+# process left ignored (an ignored signal is inherited across exec, and Python then keeps ignoring SIGINT)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from swiftbox.training.distributed.launch import run_and_tee
 run_and_tee(["sh", "-c", "echo torchrun $$; sleep 600 & wait"], dict(os.environ))   # a torchrun stand-in and its worker
 """
