@@ -298,7 +298,7 @@ class CpuPlatform(Platform):
         activations (3.2 GB free beside 3.65 GB in use on the real-model LoRA job: an 8 GB peak). Modes:
         trim (auto's choice): glibc's thresholds, and the free heap handed back whenever the resident set passes
         the program's own peak + TRIM_BUDGET, checked after every decoder layer (`release_freed_memory`, HeapCap);
-        mmap: every tensor from 256 KiB up mmapped and unmapped when freed (the same peak, ~1.7x slower: a page
+        mmap: every tensor from 256 KiB up mmapped and unmapped when freed (the same peak, ~1.5x slower: a page
         fault per 4 KiB of every temporary); default: glibc alone (fastest, the 8 GB peak). docs/benchmarks.md."""
         mode = self.malloc_mode()
         if mode == "mmap":
