@@ -8,8 +8,10 @@ tested on an AVX2 box; `off` makes an AMX machine compute in fp32."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform as _platform
+from typing import Any
 
 from swiftbox.device import vllm_cpu
 from swiftbox.device.base import DeviceMemory, Platform, Refusal
@@ -75,7 +77,9 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3      # glibc's mallopt parameters (m
 MMAP_THRESHOLD = 256 * 1024
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
+    """glibc, loaded once (trim mode asks it after every decoder layer); None elsewhere."""
     try:
         return ctypes.CDLL("libc.so.6")
     except OSError:
@@ -99,29 +103,23 @@ class _MallInfo2(ctypes.Structure):
                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _mallinfo() -> _MallInfo2 | None:
+@functools.lru_cache(maxsize=1)
+def _mallinfo2() -> Any:
+    """glibc's mallinfo2 with its return type set, or None (no glibc, or one older than 2.33)."""
     libc = _libc()
-    if libc is None:
-        return None
-    try:
-        fn = libc.mallinfo2
-    except AttributeError:
-        return None
-    fn.restype = _MallInfo2
-    return fn()
-
-
-def free_held_bytes() -> int | None:
-    """Bytes glibc's arenas hold from the OS but have free (mallinfo2: arena - uordblks, every arena); None off
-    glibc. About 30 us with a few thousand free chunks."""
-    info = _mallinfo()
-    return None if info is None else max(0, int(info.arena) - int(info.uordblks))
+    fn = getattr(libc, "mallinfo2", None) if libc is not None else None
+    if fn is not None:
+        fn.restype = _MallInfo2
+    return fn
 
 
 def in_use_bytes() -> int | None:
-    """Bytes malloc has handed to the program (heap chunks in use + mmapped chunks); None off glibc."""
-    info = _mallinfo()
-    return None if info is None else int(info.uordblks) + int(info.hblkhd)
+    """Bytes malloc has handed to the program (heap chunks in use + mmapped chunks, every arena); None off glibc."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
+    info = fn()
+    return int(info.uordblks) + int(info.hblkhd)
 
 
 def resident_bytes() -> int | None:
@@ -132,18 +130,13 @@ def resident_bytes() -> int | None:
         return None
 
 
-def trim_freed_memory(budget: int = 0) -> bool:
-    """glibc's malloc_trim(0) when the arenas hold more than `budget` free bytes: the free pages of every arena go
-    back to the OS (madvise), the heap's layout stays, so later allocations reuse the same addresses. True when it
-    trimmed."""
+def trim_freed_memory() -> bool:
+    """glibc's malloc_trim(0): the free pages of every arena go back to the OS (madvise), the heap's layout stays, so
+    later allocations reuse the same addresses. False off glibc."""
     libc = _libc()
-    if libc is None:
-        return False
-    if budget > 0:
-        held = free_held_bytes()
-        if held is None or held <= budget:
-            return False
     try:
+        if libc is None:
+            return False
         libc.malloc_trim(0)
     except AttributeError:
         return False
@@ -164,7 +157,6 @@ class HeapCap:
         self.base_rss = resident_bytes() or 0
         self.base_in_use = in_use_bytes() or 0
         self.peak_in_use = self.base_in_use
-        self.trims = 0
 
     def check(self) -> bool:
         used, rss = in_use_bytes(), resident_bytes()
@@ -173,8 +165,7 @@ class HeapCap:
         self.peak_in_use = max(self.peak_in_use, used)
         if rss <= self.base_rss + (self.peak_in_use - self.base_in_use) + self.budget:
             return False
-        self.trims += trim_freed_memory()
-        return True
+        return trim_freed_memory()
 
 
 def malloc_mode() -> str:
@@ -187,6 +178,7 @@ def malloc_mode() -> str:
 
 
 class CpuPlatform(Platform):
+    _heap_cap: HeapCap | None = None          # trim mode's rule for the running training run
     name = "cpu"
     device_type = "cpu"
     dist_backend = "gloo"
@@ -317,7 +309,7 @@ class CpuPlatform(Platform):
         (HeapCap; `start` takes a new baseline at a run's beginning)."""
         if self.malloc_mode() != "trim":
             return False
-        if start or getattr(self, "_heap_cap", None) is None:
+        if start or self._heap_cap is None:
             self._heap_cap = HeapCap(TRIM_BUDGET)
         return self._heap_cap.check()
 

@@ -139,12 +139,12 @@ class TrainingFlow(Generic[T]):
         cfg, ctx = self.cfg, self.ctx
         self.read()                                        # bad data fails before any weights load
         callbacks.silence_libraries()
-        ctx.platform.training_memory()                     # CPU: freed tensors go back to the OS (device/cpu.py)
+        ctx.platform.training_memory()                     # CPU: the allocator's set-up (device/cpu.py)
         from swiftbox.training.memory_policy import memory_callbacks
         from swiftbox.training.thread_policy import thread_callbacks
 
-        threads = thread_callbacks(ctx.platform)      # CPU: the cores other processes leave free (device/threads.py)
-        threads += memory_callbacks(ctx.platform)     # CPU trim mode: freed pages back after every step
+        cpu_policies = thread_callbacks(ctx.platform)  # CPU: the cores other processes leave free (device/threads.py)
+        cpu_policies += memory_callbacks(ctx.platform)  # CPU trim mode: the heap's holes back past the run's peak
         tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head)
         if self.chat_template:
             data.use_chat_template(tm.tokenizer, cfg.chat_template)
@@ -152,7 +152,7 @@ class TrainingFlow(Generic[T]):
 
         ckpt_dir = ctx.work_dir / "checkpoints"
         extra = profile_callbacks(cfg, ctx) + callbacks.callbacks(self.progress_title(), ctx.work_dir,
-                                                                  is_main_process()) + threads
+                                                                  is_main_process()) + cpu_policies
         trainer = self.trainer(tm, ckpt_dir, extra)
         callbacks.quiet(trainer)
         resume = checkpoints.resume_point(cfg, ckpt_dir, log)

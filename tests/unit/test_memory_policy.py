@@ -15,11 +15,11 @@ class Counting:
     """A platform whose release only counts (the real one trims glibc's heap: tests/unit/test_cpu_memory.py)."""
 
     def __init__(self):
-        self.calls = 0
+        self.calls = self.starts = 0
 
     def release_freed_memory(self, start: bool = False) -> bool:
         self.calls += 1
-        self.starts = getattr(self, "starts", 0) + start
+        self.starts += start
         return self.calls % 2 == 0
 
 
