@@ -127,8 +127,10 @@ def timer_callback():
 
 def run_side(name, build_trainer, platform):
     from swiftbox.training import (
-        dropout_a_forward,
-        peft_lora_dropout_fused,
+        FoldedLogProb,
+        lora_linear,
+        peft_lora_fused,
+        trl_lm_head_folded,
         trl_lm_head_tiles,
         trl_scores_label_positions_only,
     )
@@ -138,10 +140,10 @@ def run_side(name, build_trainer, platform):
     with PeakRss() as rss:
         trainer = build_trainer(timer)
         started = time.perf_counter()
-        # what the sft step does around train() (training/flow.py); the plain baseline has no fused head or dropout
-        # to change, and its own PEFT dropout stays as PEFT runs it
-        fused = peft_lora_dropout_fused(trainer.model, dropout_a_forward) if name == "swiftbox" else _nothing()
-        with trl_lm_head_tiles(), trl_scores_label_positions_only(), fused:
+        # what the sft step does around train() (training/flow.py); the plain baseline runs PEFT's own LoRA layers
+        fused = peft_lora_fused(trainer.model, lora_linear) if name == "swiftbox" else _nothing()
+        folded = trl_lm_head_folded(FoldedLogProb) if name == "swiftbox" else _nothing()
+        with trl_lm_head_tiles(), trl_scores_label_positions_only(), fused, folded:
             trainer.train()
         wall = time.perf_counter() - started
     device_peak = platform.max_memory_allocated() if platform.name != "cpu" else None

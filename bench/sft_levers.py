@@ -23,6 +23,12 @@ Levers (one at a time, everything else the default):
   the cores other processes leave free, re-measured between steps);
 - threads_torch: torch's own thread count, one per core, whatever the load (SWIFTBOX_THREADS=torch, the old default);
 - unfused_adamw: `optim: adamw_torch` (foreach) instead of the default fused AdamW (transformers 5, torch >= 2.8);
+- peft_lora: PEFT's own LoRA layers (base, dropout, A, B, scaling and the sum as separate ops) instead of swiftbox's
+  one-call layer (swiftbox/training/lora_fused.py, the default): what the fused layer buys. Its dropout draws
+  different masks from the same seed, so the loss curves agree only as closely as the dropout's effect allows;
+- trl_lm_head: TRL's own folding of its fused LM head's tiles on the CPU (three GEMMs a tile, the tile projected
+  again in backward) instead of swiftbox's (swiftbox/training/lm_head.py, the default: two GEMMs, the hidden-state
+  gradient folded in the forward);
 - compile: the decoder stack under `torch.compile(dynamic=True)` (the LM head and loss stay eager);
 - the allocator (device/cpu.py `training_memory`; the default is trim mode: glibc's thresholds, the free heap handed
   back after a decoder layer only when the resident set passes the run's peak + 256 MiB):
@@ -64,7 +70,8 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "alpaca_en_demo_256.json"
 LEVERS = ("dense_mask", "bf16_autocast", "padded", "lm_head_all_positions", "checkpointing", "threads_1",
-          "threads_torch", "unfused_adamw", "compile", "malloc_default", "malloc_mmap", "malloc_hugetlb")
+          "threads_torch", "unfused_adamw", "compile", "malloc_default", "malloc_mmap", "malloc_hugetlb", "peft_lora",
+          "trl_lm_head")
 HUGETLB = "glibc.malloc.hugetlb=1"       # malloc's mmaps advised as transparent huge pages (glibc >= 2.35)
 JOB = dict(batch=8, lr=1e-4, max_length=512, rank=8, alpha=16, dropout=0.05, seed=0)
 LOSS_TOL = {"float32": 1e-3, "bfloat16": 2e-2}      # relative, per step
@@ -80,14 +87,16 @@ def uptime() -> str:
 def settings(side: str) -> dict:
     """The default and each lever alone."""
     base = dict(attention="auto", dtype="float32", packing=None, label_only=True, checkpointing=False, threads=None,
-                optim=None, compile=False, malloc="auto", tunables="")
+                optim=None, compile=False, malloc="auto", tunables="", fused_lora=True,
+                folded_head=True)
     changes = {"default": {}, "dense_mask": dict(attention="sdpa"), "bf16_autocast": dict(dtype="bfloat16"),
                "padded": dict(packing=False), "lm_head_all_positions": dict(label_only=False),
                "checkpointing": dict(checkpointing=True), "threads_1": dict(threads="1"),
                "threads_torch": dict(threads="torch"),
                "unfused_adamw": dict(optim="adamw_torch"), "compile": dict(compile=True),
                "malloc_default": dict(malloc="default"), "malloc_mmap": dict(malloc="mmap"),
-               "malloc_hugetlb": dict(tunables=HUGETLB)}
+               "malloc_hugetlb": dict(tunables=HUGETLB), "peft_lora": dict(fused_lora=False),
+               "trl_lm_head": dict(folded_head=False)}
     return {**base, **changes[side]}
 
 
@@ -126,12 +135,14 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
     from swiftbox.pipelines import make_trainer
     from swiftbox.steps import LoraConfig, ProfileConfig, SftStep
     from swiftbox.training import (
+        FoldedLogProb,
         describe_batching,
-        dropout_a_forward,
         load_for_training,
+        lora_linear,
         memory_callbacks,
-        peft_lora_dropout_fused,
+        peft_lora_fused,
         thread_callbacks,
+        trl_lm_head_folded,
         trl_lm_head_tiles,
         trl_scores_label_positions_only,
     )
@@ -178,7 +189,10 @@ def run_side(side: str, model_dir: Path, data: Path, work: Path, profile: bool =
         started = time.perf_counter()
         with contextlib.ExitStack() as stack:      # what the training flow runs train() under (training/flow.py)
             stack.enter_context(trl_lm_head_tiles())
-            stack.enter_context(peft_lora_dropout_fused(tm.model, dropout_a_forward))
+            if s["folded_head"]:
+                stack.enter_context(trl_lm_head_folded(FoldedLogProb))
+            if s["fused_lora"]:
+                stack.enter_context(peft_lora_fused(tm.model, lora_linear))
             if s["label_only"]:
                 stack.enter_context(trl_scores_label_positions_only())
             trainer.train()

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CHECKED_AGAINST = {
-    "peft": "0.21.2",            # tuners.lora.layer.Linear: lora_dropout / lora_A / lora_variant ModuleDicts
-                                 # (tests/unit/test_lora_dropout.py)
+    "peft": "0.21.2",            # tuners.lora.layer.Linear: base_layer, lora_A / lora_B / lora_dropout /
+                                 # lora_variant ModuleDicts, scaling, merged, disable_adapters, active_adapters
+                                 # and its forward's sum (tests/unit/test_lora_fused.py)
     "trl": "1.16.0",             # trl.trainer.utils._use_triton; trl.experimental.orpo / .cpo / .gkd trainers;
                                  # kernels.chunked_logprob.TOKEN_CHUNK_SIZE, trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE
                                  # (tests/unit/test_chunked_loss.py);
                                  # DPOTrainer / KTOTrainer._prepare_dataset, KTOTrainer.calculate_KL;
+                                 # trainer.utils._ChunkedLogProbFunction (the fused head's function: apply's
+                                 # arguments, ctx.saved_tensors / kernel_args of its backward; test_lm_head.py);
                                  # orpo_trainer / cpo_trainer add_bos_token_if_needed, add_eos_token_if_needed
     "gptqmodel": "7.6.0",        # loop_processor._PROJECT_LOG_DIR; the looper's `layer_callback` model attribute
     "uvicorn": "0.54.0",         # uvicorn.Server.capture_signals
@@ -80,36 +83,90 @@ def trl_lm_head_tiles(tokens: int = LM_HEAD_TILE["tokens"], vocab: int = LM_HEAD
         kernel.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = saved
 
 
-# -- PEFT: LoRA dropout fused into lora_A (no float copies of the input kept for backward) -----------------
+# -- TRL: the fused LM head's folding on devices without Triton --------------------------------------------
 @contextlib.contextmanager
-def peft_lora_dropout_fused(model: Any, dropout_a_forward: Callable[[Any, float], Any]) -> Iterator[int]:
-    """While active, every plain LoRA Linear layer (`peft.tuners.lora.layer.Linear`, vanilla adapters: no DoRA or
-    other variant) applies its dropout inside its `lora_A[adapter]` projection: `dropout_a_forward(lora_A, p)` makes
-    that forward (swiftbox.training.lora_dropout: bit-identical on the CPU, half the activation memory of a LoRA
-    step). PEFT's forward computes `lora_B(lora_A(dropout(x)))`; the `lora_dropout[adapter]` entry becomes an
-    `nn.Identity` and `lora_A[adapter]` gets the instance `forward`. Yields how many adapters were fused; restores
-    both after (no parameters change, so the state dict and the saved adapter are the same)."""
+def trl_lm_head_folded(function: Any) -> Iterator[None]:
+    """While active, TRL's fused LM head (`trl.trainer.utils._ChunkedLogProbFunction`, the name
+    `add_fused_lm_head`'s forward calls) runs `function` (swiftbox.training.lm_head.FoldedLogProb: the same
+    signature and outputs, the hidden-state gradient folded in the forward) where that is exact: no Triton device
+    (`trl.kernels.chunked_logprob._use_triton`, not the trainer module's probe that
+    trl_scores_label_positions_only replaces: TRL's kernels run there), no final-logit soft-capping, a head whose
+    weight and bias get no gradient. Every other call goes to TRL's own function. Restored after."""
+    import trl.kernels.chunked_logprob as kernel
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._ChunkedLogProbFunction
+
+    class Dispatch:
+        @staticmethod
+        def apply(hidden: Any, weight: Any, bias: Any, targets: Any, temperature: float, chunk_size: int,
+                  final_logit_softcapping: float | None = None, logit_scale: float = 1.0,
+                  outputs: tuple[str, ...] = ("log_probs",)) -> Any:
+            folded = (not kernel._use_triton(hidden.device) and final_logit_softcapping is None
+                      and not weight.requires_grad and (bias is None or not bias.requires_grad))
+            chosen = function if folded else original
+            return chosen.apply(hidden, weight, bias, targets, temperature, chunk_size, final_logit_softcapping,
+                                logit_scale, outputs)
+
+    trl_utils._ChunkedLogProbFunction = Dispatch
+    try:
+        yield
+    finally:
+        trl_utils._ChunkedLogProbFunction = original
+
+
+# -- PEFT: each LoRA layer in one call (GEMMs only, the dropout as the positions it drops) -----------------
+@contextlib.contextmanager
+def peft_lora_fused(model: Any, lora_linear: Callable[..., Any]) -> Iterator[int]:
+    """While active, every vanilla LoRA Linear layer (`peft.tuners.lora.layer.Linear` over an `nn.Linear`, no DoRA
+    or other variant, A and B without bias, dropout an `nn.Dropout` below 0.5 or none) computes
+    `base(x) + lora_B(lora_A(dropout(x))) * scaling` in one call, `lora_linear(x, W, b, A, B, scaling, p)`
+    (swiftbox.training.lora_fused: GEMMs only, the dropout drawn as the positions it drops). Each such layer gets an
+    instance `forward` that checks PEFT's state on every call and runs PEFT's own forward whenever it is not the plain
+    case: adapters disabled or merged, several or other active adapters, per-call arguments (`adapter_names`), a
+    trainable base weight or bias, or an input not in the adapter's dtype outside autocast. Yields how many layers
+    were covered; removes the instance forwards after (no parameters change: the saved adapter is the same)."""
     import torch
     from peft.tuners.lora.layer import Linear
 
-    done: list[tuple[Any, str, Any, Any]] = []
-    for layer in model.modules():
-        if type(layer) is not Linear:
-            continue
-        for name, drop in list(layer.lora_dropout.items()):
-            lora_a = layer.lora_A[name] if name in layer.lora_A else None
-            if (not isinstance(drop, torch.nn.Dropout) or drop.p <= 0 or name in layer.lora_variant
-                    or not isinstance(lora_a, torch.nn.Linear) or lora_a.bias is not None):
-                continue
-            done.append((layer, name, drop, lora_a))
-            layer.lora_dropout[name] = torch.nn.Identity()
-            lora_a.forward = dropout_a_forward(lora_a, drop.p)
+    def plain(layer: Any, x: Any, args: tuple, kwargs: dict) -> Any:
+        if args or kwargs or layer.disable_adapters or layer.merged or len(layer.active_adapters) != 1:
+            return None
+        name = layer.active_adapters[0]
+        if name not in layer.lora_A or name in layer.lora_variant:
+            return None
+        base, lora_a, lora_b, drop = layer.base_layer, layer.lora_A[name], layer.lora_B[name], layer.lora_dropout[name]
+        if (type(base) is not torch.nn.Linear or base.weight.requires_grad
+                or (base.bias is not None and base.bias.requires_grad)):
+            return None
+        if type(lora_a) is not torch.nn.Linear or type(lora_b) is not torch.nn.Linear or lora_a.bias is not None \
+                or lora_b.bias is not None:
+            return None
+        if isinstance(drop, torch.nn.Dropout):
+            p = drop.p if drop.training else 0.0
+        elif isinstance(drop, torch.nn.Identity):
+            p = 0.0
+        else:
+            return None
+        if p >= 0.5 or (x.dtype != lora_a.weight.dtype and not torch.is_autocast_enabled(x.device.type)):
+            return None
+        return lora_linear(x, base.weight, base.bias, lora_a.weight, lora_b.weight, layer.scaling[name], p)
+
+    def fused_forward(layer: Any) -> Any:
+        def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+            out = plain(layer, x, args, kwargs)
+            return Linear.forward(layer, x, *args, **kwargs) if out is None else out
+
+        return forward
+
+    done = [layer for layer in model.modules() if type(layer) is Linear]
+    for layer in done:
+        layer.forward = fused_forward(layer)
     try:
         yield len(done)
     finally:
-        for layer, name, drop, lora_a in done:
-            layer.lora_dropout[name] = drop
-            del lora_a.forward
+        for layer in done:
+            del layer.forward
 
 
 # -- TRL: preference data tokenized by swiftbox, not re-tokenized by the trainer -----------------------------

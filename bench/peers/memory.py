@@ -60,12 +60,19 @@ def malloc_info() -> dict | None:
     return {"held": held, "in_use": in_use, "free_held": held - in_use, "mmapped": info.hblkhd}
 
 
-def category(module_name: str, tensor: Any) -> str:
-    """Where a saved tensor belongs, from the innermost module that saved it and its shape/dtype."""
+def category(module_name: str, tensor: Any, lora_ranks: frozenset[int] | None = None) -> str:
+    """Where a saved tensor belongs, from the innermost module that saved it and its shape/dtype. `lora_ranks`: the
+    adapter ranks when that module is a whole LoRA layer computing in one call (swiftbox's fused LoRA layer saves its
+    dropout as int32 positions and `dropout(x) @ A^T` as a `[tokens, rank]` tensor there)."""
     import torch
 
     if tensor.dtype == torch.bool and tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] > 1:
         return "masks"
+    if lora_ranks:
+        if not tensor.is_floating_point():
+            return "dropout_masks"
+        if tensor.dim() >= 1 and tensor.shape[-1] in lora_ranks:
+            return "lora"
     if tensor.dtype == torch.bool:
         return "dropout_masks" if "lora" in module_name else "masks"
     if not tensor.is_floating_point():
@@ -97,6 +104,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.lora_ranks: dict[str, frozenset[int]] = {}
         self.stack: list[str] = []
         self.params: set[int] = set()
         self.steps = 0
@@ -117,6 +125,9 @@ class Ledger:
         import torch
 
         self.names = {id(m): name for name, m in model.named_modules()}
+        self.lora_ranks = {name: frozenset(a.out_features for a in m.lora_A.values())
+                           for name, m in model.named_modules()
+                           if isinstance(getattr(m, "lora_A", None), torch.nn.ModuleDict) and len(m.lora_A)}
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self.rss_start = rss_bytes()
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._enter)
@@ -166,7 +177,8 @@ class Ledger:
             if self._forward_done:
                 self.recomputed += key[1]
                 return t
-            cat = category(self.stack[-1] if self.stack else "", t)
+            inner = self.stack[-1] if self.stack else ""
+            cat = category(inner, t, self.lora_ranks.get(inner))
             self._live[key] = cat  # type: ignore[index]
             self._by_cat[cat] = self._by_cat.get(cat, 0) + key[1]
             return t

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from swiftbox.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from swiftbox.compat import peft_lora_dropout_fused, trl_lm_head_tiles, trl_scores_label_positions_only
+    from swiftbox.compat import peft_lora_fused, trl_lm_head_folded, trl_lm_head_tiles, trl_scores_label_positions_only
     from swiftbox.training.arguments import describe_batching
-    from swiftbox.training.lora_dropout import dropout_a_forward
+    from swiftbox.training.lm_head import FoldedLogProb
+    from swiftbox.training.lora_fused import lora_linear
     from swiftbox.training.memory_policy import memory_callbacks
     from swiftbox.training.model import load_for_training, lora_config
     from swiftbox.training.profile_window import profile_callbacks
@@ -23,10 +24,11 @@ if TYPE_CHECKING:
 # name -> the module that defines it (the memory levers' patches live in compat, the one home of library patches)
 _EXPORTS = {
     "load_for_training": "swiftbox.training.model", "lora_config": "swiftbox.training.model",
-    "describe_batching": "swiftbox.training.arguments", "dropout_a_forward": "swiftbox.training.lora_dropout",
+    "describe_batching": "swiftbox.training.arguments", "lora_linear": "swiftbox.training.lora_fused",
     "profile_callbacks": "swiftbox.training.profile_window",
     "check_spec": "swiftbox.training.rewards", "parse_spec": "swiftbox.training.rewards",
-    "peft_lora_dropout_fused": "swiftbox.compat", "trl_lm_head_tiles": "swiftbox.compat",
+    "peft_lora_fused": "swiftbox.compat", "trl_lm_head_tiles": "swiftbox.compat",
+    "trl_lm_head_folded": "swiftbox.compat", "FoldedLogProb": "swiftbox.training.lm_head",
     "trl_scores_label_positions_only": "swiftbox.compat", "thread_callbacks": "swiftbox.training.thread_policy",
     "memory_callbacks": "swiftbox.training.memory_policy",
 }
@@ -35,6 +37,6 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = ["check_spec", "describe_batching", "dropout_a_forward", "load_for_training", "lora_config",
-           "memory_callbacks", "parse_spec", "peft_lora_dropout_fused", "profile_callbacks", "thread_callbacks",
-           "trl_lm_head_tiles", "trl_scores_label_positions_only"]
+__all__ = ["FoldedLogProb", "check_spec", "describe_batching", "load_for_training", "lora_config", "lora_linear",
+           "memory_callbacks", "parse_spec", "peft_lora_fused", "profile_callbacks", "thread_callbacks",
+           "trl_lm_head_folded", "trl_lm_head_tiles", "trl_scores_label_positions_only"]

@@ -114,11 +114,14 @@ class TrainingFlow(Generic[T]):
 
     def scoring(self) -> AbstractContextManager[Any]:
         """Around train (and a step's own evaluate): TRL's fused LM heads work on memory-sized tiles
-        (compat.trl_lm_head_tiles) and score only the label positions."""
-        from swiftbox.compat import trl_lm_head_tiles, trl_scores_label_positions_only
+        (compat.trl_lm_head_tiles), fold each tile once with the hidden-state gradient where that is exact
+        (compat.trl_lm_head_folded, training/lm_head.py) and score only the label positions."""
+        from swiftbox.compat import trl_lm_head_folded, trl_lm_head_tiles, trl_scores_label_positions_only
+        from swiftbox.training.lm_head import FoldedLogProb
 
         stack = ExitStack()
         stack.enter_context(trl_lm_head_tiles())
+        stack.enter_context(trl_lm_head_folded(FoldedLogProb))
         if self.labels_only:
             stack.enter_context(trl_scores_label_positions_only())
         return stack
@@ -158,11 +161,11 @@ class TrainingFlow(Generic[T]):
         resume = checkpoints.resume_point(cfg, ckpt_dir, log)
         ctx.platform.reset_peak_memory()
         started = time.time()
-        from swiftbox.compat import peft_lora_dropout_fused
-        from swiftbox.training.lora_dropout import dropout_a_forward
+        from swiftbox.compat import peft_lora_fused
+        from swiftbox.training.lora_fused import lora_linear
 
-        # LoRA dropout inside lora_A: no float copies of the layers' inputs kept for backward (training/lora_dropout.py)
-        with self.scoring(), peft_lora_dropout_fused(tm.model, dropout_a_forward):
+        # each LoRA layer in one call: GEMMs only, dropout as the positions it drops (training/lora_fused.py)
+        with self.scoring(), peft_lora_fused(tm.model, lora_linear):
             output = trainer.train(resume_from_checkpoint=resume)
         run = Trained(trainer, output, time.time() - started, resume)
 

@@ -17,7 +17,8 @@ def test_each_lever_changes_one_setting():
     default = levers.settings("default")
     assert default == {"attention": "auto", "dtype": "float32", "packing": None, "label_only": True,
                        "checkpointing": False, "threads": None, "optim": None, "compile": False,
-                       "malloc": "auto", "tunables": ""}
+                       "malloc": "auto", "tunables": "", "fused_lora": True,
+                       "folded_head": True}
     for lever in levers.LEVERS:
         changed = {k for k, v in levers.settings(lever).items() if default[k] != v}
         assert len(changed) == 1, (lever, changed)

@@ -52,14 +52,16 @@ def test_the_ledger_files_saved_tensors_by_module_kind():
     assert rep["rss_peak_training"] >= rep["rss_before_training"] > 0
 
 
-def test_the_ledger_sees_the_fused_dropout_keep_less():
-    from swiftbox.compat import peft_lora_dropout_fused
-    from swiftbox.training.lora_dropout import dropout_a_forward
+def test_the_ledger_sees_the_fused_lora_layer_keep_less():
+    from swiftbox.compat import peft_lora_fused
+    from swiftbox.training.lora_fused import lora_linear
 
     model = _model()
     plain = _ledger(model)
-    with peft_lora_dropout_fused(model, dropout_a_forward):
+    with peft_lora_fused(model, lora_linear):
         fused = _ledger(model)
-    assert "lora_dropout_copies" not in fused["activations_by"]
-    assert fused["activations_by"]["dropout_masks"] > 0                 # booleans, 1 byte an element
+    by = fused["activations_by"]
+    assert "lora_dropout_copies" not in by
+    assert by["dropout_masks"] > 0                    # the drops' positions, int32, filed under the LoRA layer
+    assert by["lora"] > 0                             # dropout(x) @ A^T, [tokens, rank]
     assert fused["activations"] < 0.8 * plain["activations"]

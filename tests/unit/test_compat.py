@@ -130,17 +130,21 @@ def test_every_patch_names_the_version_it_was_checked_against():
 
 
 def test_peft_lora_linear_and_trl_tiles_are_where_the_memory_patches_reach():
-    """compat.peft_lora_dropout_fused / trl_lm_head_tiles (their behaviour: test_lora_dropout.py,
-    test_chunked_loss.py): PEFT's LoRA Linear still computes lora_B(lora_A(dropout(x))), TRL's tile sizes still
-    exist under their names."""
+    """compat.peft_lora_fused / trl_lm_head_tiles (their behaviour: test_lora_fused.py, test_chunked_loss.py):
+    PEFT's LoRA Linear still computes `result + lora_B(lora_A(dropout(x))) * scaling` over its base layer, TRL's
+    tile sizes still exist under their names."""
     import inspect
 
     import trl.kernels.chunked_logprob as kernel
     import trl.trainer.utils as trl_utils
     from peft.tuners.lora.layer import Linear
 
-    assert "lora_B(lora_A(dropout(x)))" in inspect.getsource(Linear.forward), \
-        f"peft {compat.CHECKED_AGAINST['peft']} computed lora_B(lora_A(dropout(x))); this peft changed it"
+    source = inspect.getsource(Linear.forward)
+    assert "result = result + lora_B(lora_A(dropout(x))) * scaling" in source, \
+        f"peft {compat.CHECKED_AGAINST['peft']} computed result + lora_B(lora_A(dropout(x))) * scaling; no longer"
+    for state in ("self.disable_adapters", "self.merged", "self.active_adapters", "self.lora_variant",
+                  "self.base_layer(x"):
+        assert state in source, f"peft's LoRA forward no longer reads {state}: compat.peft_lora_fused checks it"
     assert isinstance(kernel.TOKEN_CHUNK_SIZE, int) and isinstance(trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, int)
 
 
