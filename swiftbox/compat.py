@@ -124,8 +124,8 @@ def peft_lora_fused(model: Any, lora_linear: Callable[..., Any]) -> Iterator[int
     (swiftbox.training.lora_fused: GEMMs only, the dropout drawn as the positions it drops). Each such layer gets an
     instance `forward` that checks PEFT's state on every call and runs PEFT's own forward whenever it is not the plain
     case: adapters disabled or merged, several or other active adapters, per-call arguments (`adapter_names`), a
-    trainable base weight or bias, or an input not in the adapter's dtype outside autocast. Yields how many layers
-    were covered; removes the instance forwards after (no parameters change: the saved adapter is the same)."""
+    trainable base weight or bias, or an input not in the adapter's dtype outside autocast. Yields how many LoRA
+    Linear layers got the forward; removes it after (no parameters change: the saved adapter is the same)."""
     import torch
     from peft.tuners.lora.layer import Linear
 

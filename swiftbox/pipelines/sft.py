@@ -82,7 +82,7 @@ class SftFlow(TrainingFlow[SftStep]):
         cfg, counts = self.cfg, self.counts
         metrics: dict[str, Any] = curves.first_last(run.history, "loss", "loss")
         if self.evals:
-            with self.scoring():
+            with self.scoring(tm.model):
                 metrics["eval_loss"] = round(float(run.trainer.evaluate()["eval_loss"]), 6)
         tokens = run.trainer.state.num_input_tokens_seen - _tokens_at_start(run.trainer)
         metrics.update(batching=self.how, samples=counts.rows - counts.dropped if cfg.streaming else len(self.train),

@@ -40,6 +40,12 @@ def batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> tuple[
     return packing, grouped
 
 
+def unpadded_preference(platform: Platform, model_type: str = "") -> bool:
+    """Whether a preference step's padded batches run without their padding (training/unpadded.py): where SFT
+    packs by default on this platform and packing is exact for the family."""
+    return platform.sft_batching() == "packing" and packing_policy(model_type) == "exact"
+
+
 def describe_batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> str:
     """The batching an SFT step runs, in words, for its header and `metrics.batching`: 'packing', 'padded,
     grouped by length' or 'padded', with the reason when the packing policy turned packing off."""

@@ -112,7 +112,7 @@ class TrainingFlow(Generic[T]):
 
         return common_args(self.cfg, self.ctx, self.dtype, checkpoints)
 
-    def scoring(self) -> AbstractContextManager[Any]:
+    def scoring(self, model: Any) -> AbstractContextManager[Any]:
         """Around train (and a step's own evaluate): TRL's fused LM heads work on memory-sized tiles
         (compat.trl_lm_head_tiles), fold each tile once with the hidden-state gradient where that is exact
         (compat.trl_lm_head_folded, training/lm_head.py) and score only the label positions."""
@@ -165,7 +165,7 @@ class TrainingFlow(Generic[T]):
         from swiftbox.training.lora_fused import lora_linear
 
         # each LoRA layer in one call: GEMMs only, dropout as the positions it drops (training/lora_fused.py)
-        with self.scoring(), peft_lora_fused(tm.model, lora_linear):
+        with self.scoring(tm.model), peft_lora_fused(tm.model, lora_linear):
             output = trainer.train(resume_from_checkpoint=resume)
         run = Trained(trainer, output, time.time() - started, resume)
 

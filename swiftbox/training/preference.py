@@ -13,6 +13,7 @@ evals, args, callbacks) -> (trainer, info)`, where `args` are the TrainingArgume
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -88,6 +89,19 @@ class PreferenceFlow(TrainingFlow[TrainBase]):
                             f"{cfg.max_length}")
         self.examples, self.counts = examples, counts
         self.evals = split(self.eval_rows, tm.tokenizer, cfg.max_length)[0] if self.eval_rows else None
+
+    def scoring(self, model: Any) -> AbstractContextManager[Any]:
+        """The flow's scoring, and the policy and reference forwards of a causal LM run without the batch's
+        padding where packing is exact here (training/unpadded.py; not the reward model's classification head)."""
+        from swiftbox.pipelines.sft import model_type
+        from swiftbox.training.arguments import unpadded_preference
+        from swiftbox.training.unpadded import unpadded_backbone
+
+        stack = ExitStack()
+        stack.enter_context(super().scoring(model))
+        if not self.reward_head and unpadded_preference(self.ctx.platform, model_type(model)):
+            stack.enter_context(unpadded_backbone(model))
+        return stack
 
     def trainer(self, tm: TrainModel, checkpoints: Path, callbacks: list) -> Any:
         from datasets import Dataset
