@@ -71,6 +71,7 @@ class TrainingFlow(Generic[T]):
     reward_head: bool = False      # rm: a one-output sequence-classification head instead of the LM head
     chat_template: bool = True     # pt reads raw text: no chat template to set
     labels_only: bool = True       # train with TRL scoring only the label positions (compat), sft/pt/preference
+    unpadded: bool = False         # padded batches through the decoder as packed rows where exact (preference)
     save_all_adapters: bool = False  # save every adapter the model holds (sft/pt), not only "default"
 
     def __init__(self, cfg: T, ctx: StepContext) -> None:
@@ -148,7 +149,8 @@ class TrainingFlow(Generic[T]):
 
         cpu_policies = thread_callbacks(ctx.platform)  # CPU: the cores other processes leave free (device/threads.py)
         cpu_policies += memory_callbacks(ctx.platform)  # CPU trim mode: the heap's holes back past the run's peak
-        tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head)
+        tm = load_for_training(ctx.input, cfg, ctx.platform, self.dtype, reward_head=self.reward_head,
+                               unpadded=self.unpadded)
         if self.chat_template:
             data.use_chat_template(tm.tokenizer, cfg.chat_template)
         self.prepare(tm)

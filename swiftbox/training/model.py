@@ -156,15 +156,17 @@ def refuse_family(base: object) -> None:
 
 
 def load_for_training(ref: str, cfg: TrainBase, platform: Platform, dtype: str, *,
-                      reward_head: bool = False) -> TrainModel:
+                      reward_head: bool = False, unpadded: bool = False) -> TrainModel:
     """The model `ref` names, ready for this step to train (its refusals are `trainable_input`'s, which `check`
-    ran before any output existed)."""
+    ran before any output existed). `unpadded`: the step runs its padded batches as packed rows where that is exact
+    (the preference steps, training/unpadded.py), so the model attends per sample as a packing SFT step's does."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from swiftbox.training.arguments import batching
+    from swiftbox.training.arguments import batching, unpadded_preference
 
     spec = trainable_input(ref, cfg, platform, reward_head=reward_head)
-    packed = batching(cfg, platform, config_model_type(spec.base))[0]
+    model_type = config_model_type(spec.base)
+    packed = batching(cfg, platform, model_type)[0] or (unpadded and unpadded_preference(platform, model_type))
     qconf = quantization_config(cfg, dtype, platform)
     tokenizer = load_tokenizer(spec, trust_remote_code=cfg.trust_remote_code)
     from swiftbox.training.distributed.args import model_device_map

@@ -53,6 +53,7 @@ class PreferenceFlow(TrainingFlow[TrainBase]):
         super().__init__(cfg, ctx)
         self.method, self.build = method, build
         self.kind, self.reward_head = method.kind, method.reward_head
+        self.unpadded = not method.reward_head      # a causal LM's forwards (not the reward model's head)
         self.built: dict = {}
 
     def read(self) -> None:
@@ -92,14 +93,16 @@ class PreferenceFlow(TrainingFlow[TrainBase]):
 
     def scoring(self, model: Any) -> AbstractContextManager[Any]:
         """The flow's scoring, and the policy and reference forwards of a causal LM run without the batch's
-        padding where packing is exact here (training/unpadded.py; not the reward model's classification head)."""
+        padding where packing is exact here (training/unpadded.py; not the reward model's classification head).
+        The model was loaded for it (`load_for_training(unpadded=True)`: the per-sample attention a packing SFT
+        step gets, not a dense block mask over the packed row)."""
         from swiftbox.pipelines.sft import model_type
         from swiftbox.training.arguments import unpadded_preference
         from swiftbox.training.unpadded import unpadded_backbone
 
         stack = ExitStack()
         stack.enter_context(super().scoring(model))
-        if not self.reward_head and unpadded_preference(self.ctx.platform, model_type(model)):
+        if self.unpadded and unpadded_preference(self.ctx.platform, model_type(model)):
             stack.enter_context(unpadded_backbone(model))
         return stack
 

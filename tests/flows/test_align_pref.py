@@ -198,3 +198,24 @@ def test_each_method_after_the_quickstart_sft_keeps_the_task_and_the_rm_ranks_pa
         assert acc >= before - 0.05, (kind, acc)
     rm = run(tmp_path, "rm", {"rm": {"dataset": DPO_DATA, "eval_dataset": HELDOUT, **common, "learning_rate": 1e-3}})
     assert rm["steps"][0]["metrics"]["eval_reward_accuracy"] >= 0.9
+
+
+def test_dpo_runs_its_policy_and_reference_forwards_unpadded_with_per_sample_attention(tmp_path, monkeypatch):
+    """The DPO step on the CPU: the padded [chosen; rejected] batches reach the decoder as one packed row (batch 1)
+    and attention runs per sequence (no SDPA call over the packed row's full length, none over a padded batch)."""
+    import torch
+
+    calls: list[tuple[int, int]] = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *a, **kw):
+        calls.append((q.shape[0], q.shape[-2]))
+        return original(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    pairs = [{"prompt": q, "chosen": "yes" * (1 + i % 5), "rejected": "no"} for i, q in enumerate(questions()[:8])]
+    summary = run(tmp_path, "dpo-unpadded", {"dpo": {"dataset": write(tmp_path, "p.jsonl", pairs), "max_steps": 1,
+                                                     **FAST}})
+    assert summary["steps"][0]["metrics"]["steps"] == 1
+    assert calls and {b for b, _ in calls} == {1}          # never a padded [2 x batch, longest] call
+    assert len(calls) % 16 == 0 and len({n for _, n in calls}) > 1    # one call per sequence: 8 pairs, 2 sides

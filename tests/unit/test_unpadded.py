@@ -115,16 +115,16 @@ def test_the_preference_flow_unpads_where_packing_is_exact_and_not_for_a_reward_
     from swiftbox.training.preference import PreferenceFlow
 
     flow = PreferenceFlow.__new__(PreferenceFlow)          # only what scoring() reads
-    flow.ctx, flow.reward_head = SimpleNamespace(platform=current_platform("cpu")), False
+    flow.ctx, flow.reward_head, flow.unpadded = SimpleNamespace(platform=current_platform("cpu")), False, True
     assert flow.ctx.platform.sft_batching() == "packing"
     model = tiny_model("llama")
     with flow.scoring(model):
         assert "forward" in vars(model.model)
     assert "forward" not in vars(model.model)
-    flow.reward_head = True
+    flow.unpadded = False                                  # the reward model's flow
     with flow.scoring(model):
         assert "forward" not in vars(model.model)
-    flow.reward_head = False
+    flow.unpadded = True
     jamba = tiny_model("jamba")                            # packing not exact there (Mamba layers)
     with flow.scoring(jamba):
         assert "forward" not in vars(jamba.model)
