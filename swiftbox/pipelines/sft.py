@@ -50,7 +50,7 @@ class SftFlow(TrainingFlow[SftStep]):
 
     def prepare(self, tm: TrainModel) -> None:
         from swiftbox import data
-        from swiftbox.training.arguments import describe_batching
+        from swiftbox.training.arguments import describe_batching, model_type
         from swiftbox.training.lora_init import maybe_eva
         from swiftbox.training.outputs import log
 
@@ -105,7 +105,7 @@ def make_trainer(cfg: TrainBase, ctx: StepContext, dtype: str, model: Any, token
     from trl import SFTConfig, SFTTrainer
 
     from swiftbox.training import callbacks
-    from swiftbox.training.arguments import batching, common_args
+    from swiftbox.training.arguments import batching, common_args, model_type
 
     packing, grouped = batching(cfg, ctx.platform, model_type(model))
     streamed = not isinstance(train, list)           # a stream (training.streaming) has no lengths to group by
@@ -124,11 +124,6 @@ def make_trainer(cfg: TrainBase, ctx: StepContext, dtype: str, model: Any, token
                          callbacks=extra_callbacks)
     callbacks.quiet(trainer)
     return trainer
-
-
-def model_type(model: Any) -> str:
-    """The config.json model_type of a (PEFT-wrapped) model: what the packing policy keys on."""
-    return str(getattr(getattr(model, "config", None), "model_type", "") or "")
 
 
 def _streamed(cfg: SftStep, tokenizer: Any) -> tuple[Any, Any]:

@@ -40,6 +40,11 @@ def batching(cfg: TrainBase, platform: Platform, model_type: str = "") -> tuple[
     return packing, grouped
 
 
+def model_type(model: Any) -> str:
+    """The config.json model_type of a (PEFT-wrapped) model: what the packing policy keys on."""
+    return str(getattr(getattr(model, "config", None), "model_type", "") or "")
+
+
 def unpadded_preference(platform: Platform, model_type: str = "") -> bool:
     """Whether a preference step's padded batches run without their padding (training/unpadded.py): where SFT
     packs by default on this platform and packing is exact for the family."""

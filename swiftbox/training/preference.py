@@ -96,8 +96,7 @@ class PreferenceFlow(TrainingFlow[TrainBase]):
         padding where packing is exact here (training/unpadded.py; not the reward model's classification head).
         The model was loaded for it (`load_for_training(unpadded=True)`: the per-sample attention a packing SFT
         step gets, not a dense block mask over the packed row)."""
-        from swiftbox.pipelines.sft import model_type
-        from swiftbox.training.arguments import unpadded_preference
+        from swiftbox.training.arguments import model_type, unpadded_preference
         from swiftbox.training.unpadded import unpadded_backbone
 
         stack = ExitStack()
