@@ -65,15 +65,15 @@ def draw_drops(n: int, p: float, device: torch.device | None = None) -> torch.Te
 
 def _dropped_part(x2: torch.Tensor, drops: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """`S @ A^T` ([tokens, rank]): S is x with every element but the dropped ones zeroed, a CSR matrix (the drops
-    are sorted, so row by row)."""
+    are sorted, so row by row). In fp32 (torch's sparse CPU product has no bf16/fp16 kernel), in x's dtype out."""
     rows = drops // x2.shape[1]
     crow = torch.zeros(x2.shape[0] + 1, dtype=torch.int64, device=x2.device)
     torch.cumsum(torch.bincount(rows, minlength=x2.shape[0]), 0, out=crow[1:])
     with warnings.catch_warnings():          # "sparse CSR support is in beta": the one op used here is tested
         warnings.simplefilter("ignore", UserWarning)
-        s = torch.sparse_csr_tensor(crow, drops % x2.shape[1], x2.reshape(-1)[drops], x2.shape,
+        s = torch.sparse_csr_tensor(crow, drops % x2.shape[1], x2.reshape(-1)[drops].float(), x2.shape,
                                     check_invariants=False)
-        return s @ a.t()
+        return (s @ a.t().float()).to(x2.dtype)
 
 
 class LoraLinear(torch.autograd.Function):

@@ -208,3 +208,22 @@ def test_what_it_does_not_cover_runs_peft_own_forward():
         assert calls == [] and merged.shape == (3, 32)                  # merged: PEFT's forward
         layer.unmerge()
     assert base.shape == (1, 16, 128)
+
+
+def test_the_layer_runs_in_bf16_with_dropout(monkeypatch):
+    """bf16 weights and inputs (the bf16 CPU policy, autocast's dtype): the sparse correction runs in fp32 (torch
+    has no bf16 sparse CPU product) and the result matches the bf16 reference for the same mask."""
+    torch.manual_seed(0)
+    x = torch.randn(24, 32, dtype=torch.bfloat16, requires_grad=True)
+    weight, a, bb = (torch.randn(*s, dtype=torch.bfloat16) for s in ((48, 32), (4, 32), (48, 4)))
+    a.requires_grad_(True)
+    drops = torch.tensor([1, 5, 77, 300, 700])
+    monkeypatch.setattr(lora_fused, "draw_drops", lambda n, q, device=None: drops)
+    y = lora_fused.lora_linear(x, weight, None, a, bb, 2.0, 0.1)
+    y.float().sum().backward()
+    assert y.dtype == torch.bfloat16 and x.grad is not None and a.grad is not None
+    keep = torch.ones(x.numel(), dtype=torch.bfloat16)
+    keep[drops] = 0
+    ref = x.float() @ weight.float().t() + ((x.float() * keep.float().view_as(x) / 0.9) @ a.float().t()) \
+        @ bb.float().t() * 2.0
+    torch.testing.assert_close(y.float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
